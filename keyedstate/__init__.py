@@ -1,0 +1,54 @@
+"""keyedstate: Apache Flink's keyed state, timers and checkpoint-driven Kafka commits for PySpark.
+
+The user API uses PyFlink's names, so PyFlink ``KeyedProcessFunction`` code ports unchanged.
+"""
+
+from keyedstate.errors import *  # noqa: F401,F403 - every error class is public
+from keyedstate.errors import __all__ as _error_names
+from keyedstate.keygroups import KeyGroupRange
+from keyedstate.state import (
+    AggregateFunction,
+    AggregatingState,
+    AggregatingStateDescriptor,
+    ListState,
+    ListStateDescriptor,
+    MapState,
+    MapStateDescriptor,
+    ReduceFunction,
+    ReducingState,
+    ReducingStateDescriptor,
+    State,
+    StateDescriptor,
+    StateTtlConfig,
+    Time,
+    ValueState,
+    ValueStateDescriptor,
+)
+from keyedstate.state.heap import HeapKeyedStateBackend
+from keyedstate.typeinfo import TypeInformation, Types
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AggregateFunction",
+    "AggregatingState",
+    "AggregatingStateDescriptor",
+    "HeapKeyedStateBackend",
+    "KeyGroupRange",
+    "ListState",
+    "ListStateDescriptor",
+    "MapState",
+    "MapStateDescriptor",
+    "ReduceFunction",
+    "ReducingState",
+    "ReducingStateDescriptor",
+    "State",
+    "StateDescriptor",
+    "StateTtlConfig",
+    "Time",
+    "TypeInformation",
+    "Types",
+    "ValueState",
+    "ValueStateDescriptor",
+    *_error_names,
+]

@@ -1,0 +1,33 @@
+"""The checkpoint listener protocol shared by state backends and the Kafka offset committer.
+
+A checkpoint is identified by a monotonically increasing integer. On Spark one checkpoint is one micro-batch and its
+id is the batch id.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+__all__ = ["CheckpointListener"]
+
+
+@runtime_checkable
+class CheckpointListener(Protocol):
+    """Something that takes part in checkpoints.
+
+    Call order for one checkpoint: ``snapshot_state(id)`` once, then exactly one of
+    ``notify_checkpoint_complete(id)`` (the checkpoint is durable everywhere) or ``notify_checkpoint_aborted(id)``.
+    A completion for a newer id subsumes every older pending checkpoint.
+    """
+
+    def snapshot_state(self, checkpoint_id: int) -> object:
+        """Record what this participant must restore for ``checkpoint_id``; return its snapshot handle."""
+        ...
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """``checkpoint_id`` is complete; side effects tied to it (offset commits) may now become visible."""
+        ...
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """``checkpoint_id`` will never complete; drop what was pending for it."""
+        ...

@@ -1,0 +1,326 @@
+"""The keyed state backend interface and the logic every backend shares.
+
+A backend holds the state of the key groups in ``key_group_range``. The operator sets the current key before it
+calls user code; every state primitive then reads and writes the current key's state. Backends differ only in how
+they store entries (:mod:`keyedstate.state.base.stores`) and how they snapshot and restore them.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from keyedstate.errors import (
+    ConfigurationError,
+    KeyGroupNotOwnedError,
+    NoKeyContextError,
+    NullKeyError,
+    StateDescriptorConflictError,
+    StateTypeMismatchError,
+    UnknownStateError,
+)
+from keyedstate.keygroups import (
+    DEFAULT_MAX_PARALLELISM,
+    KeyGroupRange,
+    key_group_for_encoded_key,
+    validate_max_parallelism,
+)
+from keyedstate.serialization import decode_key, encode_key
+from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_prefix
+from keyedstate.state.base.stores import ListStore, MapStore, RawColumn, ValueStore
+from keyedstate.state.descriptors import StateDescriptor, StateKind
+
+__all__ = ["KeyedStateBackend", "RegisteredState", "StateMetadata", "TtlClock", "system_clock_ms"]
+
+logger = logging.getLogger("keyedstate.state.backend")
+
+TtlClock = Callable[[], int]
+
+
+def system_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class StateMetadata:
+    """What a snapshot records about a state so a restart can tell whether the new descriptor still fits."""
+
+    name: str
+    kind: str
+    signature: str
+    has_ttl: bool
+
+    @classmethod
+    def of(cls, descriptor: StateDescriptor) -> "StateMetadata":
+        return cls(descriptor.name, descriptor.kind.value, descriptor.type_signature(), descriptor.ttl_config is not None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "signature": self.signature, "has_ttl": self.has_ttl}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> "StateMetadata":
+        return cls(value["name"], value["kind"], value["signature"], bool(value["has_ttl"]))
+
+    def check_compatible(self, descriptor: StateDescriptor) -> None:
+        """Raise if state stored under this metadata cannot be read through ``descriptor``."""
+        new = StateMetadata.of(descriptor)
+        if new.kind != self.kind:
+            raise StateDescriptorConflictError(
+                f"state {self.name!r} was stored as {self.kind} state but is now registered as {new.kind} state; "
+                f"register it with its old kind, or use a new state name"
+            )
+        if not _signatures_compatible(self.signature, new.signature):
+            raise StateTypeMismatchError(
+                f"state {self.name!r} was stored with type {self.signature} but is now registered with type "
+                f"{new.signature}; keep the old type, or register the new type under a new state name"
+            )
+        if new.has_ttl != self.has_ttl:
+            change = "enabled" if new.has_ttl else "disabled"
+            raise StateDescriptorConflictError(
+                f"time-to-live was {change} for state {self.name!r} since it was stored; the stored entries have a "
+                f"different layout. Keep the TTL setting, or use a new state name"
+            )
+
+
+def _signatures_compatible(old: str, new: str) -> bool:
+    """Equal type signatures match; ``ANY`` (an untyped descriptor) matches any type in the same position."""
+    if old == new:
+        return True
+    old_parts, new_parts = re.split(r"([<>,])", old), re.split(r"([<>,])", new)
+    return len(old_parts) == len(new_parts) and all(
+        a == b or "ANY" in (a, b) for a, b in zip(old_parts, new_parts)
+    )
+
+
+@dataclass
+class RegisteredState:
+    descriptor: StateDescriptor
+    codec: EntryCodec
+    store: Any
+    primitive: Any
+
+
+class KeyedStateBackend(ABC):
+    """State for the key groups in ``key_group_range``, scoped to the current key.
+
+    Not thread-safe: one operator drives one backend, as in Flink (processing, timers and snapshots never run
+    concurrently).
+    """
+
+    backend_kind: str = "abstract"
+
+    def __init__(
+        self,
+        *,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        key_group_range: Optional[KeyGroupRange] = None,
+        ttl_clock: TtlClock = system_clock_ms,
+    ) -> None:
+        self.max_parallelism = validate_max_parallelism(max_parallelism)
+        self.key_group_range = key_group_range or KeyGroupRange.of_all(max_parallelism)
+        if self.key_group_range.start < 0 or self.key_group_range.end >= max_parallelism:
+            raise ConfigurationError(
+                f"key group range {self.key_group_range} is outside 0..{max_parallelism - 1}"
+            )
+        self.ttl_clock = ttl_clock
+        self._current_key: Any = None
+        self._current_key_group = -1
+        # 2-byte key group + encoded key; None until a key is set, which makes keyed access fail clearly.
+        self._current_prefix: Optional[bytes] = None
+        self._states: dict[str, RegisteredState] = {}
+        self._restored_metadata: dict[str, StateMetadata] = {}
+        self._raw_columns: dict[str, RawColumn] = {}
+        self._pre_snapshot_hooks: list[Callable[[], None]] = []
+        self._closed = False
+
+    # ---- current key -------------------------------------------------------------------------------------------
+
+    def set_current_key(self, key: Any) -> None:
+        """Make ``key`` the key all state access refers to until the next call."""
+        if key is None:
+            raise NullKeyError(
+                "the key is None: keyed state needs a non-null key. Filter out or replace null keys before keying "
+                "the stream"
+            )
+        encoded = encode_key(key)
+        key_group = key_group_for_encoded_key(encoded, self.max_parallelism)
+        self.set_current_key_in_group(key, encoded, key_group)
+
+    def set_current_key_in_group(self, key: Any, encoded_key: bytes, key_group: int) -> None:
+        """Set the current key when its key group was assigned outside keyedstate (Spark's hash of the key)."""
+        if not (self.key_group_range.start <= key_group <= self.key_group_range.end):
+            raise KeyGroupNotOwnedError(
+                f"key {key!r} belongs to key group {key_group}, which this backend (key groups "
+                f"{self.key_group_range.start}..{self.key_group_range.end}) does not own"
+            )
+        self._current_key = key
+        self._current_key_group = key_group
+        self._current_prefix = key_group_prefix(key_group) + encoded_key
+
+    def set_current_key_from_prefix(self, prefix: bytes) -> Any:
+        """Set the current key from a stored ``key group + encoded key`` prefix (timers restore keys this way)."""
+        key, _ = decode_key(prefix, KEY_GROUP_PREFIX_BYTES)
+        self._current_key = key
+        self._current_key_group = int.from_bytes(prefix[:KEY_GROUP_PREFIX_BYTES], "big")
+        self._current_prefix = prefix
+        return key
+
+    def get_current_key(self) -> Any:
+        if self._current_prefix is None:
+            raise NoKeyContextError(
+                "there is no current key: keyed state and timers can only be used inside process_element or "
+                "on_timer of a keyed function"
+            )
+        return self._current_key
+
+    @property
+    def current_key_group(self) -> int:
+        self.get_current_key()
+        return self._current_key_group
+
+    @property
+    def current_key_prefix(self) -> bytes:
+        """``key group + encoded key`` of the current key."""
+        self.get_current_key()
+        return self._current_prefix  # type: ignore[return-value]
+
+    def clear_current_key(self) -> None:
+        self._current_key = None
+        self._current_key_group = -1
+        self._current_prefix = None
+
+    def composite(self, namespace: bytes) -> bytes:
+        """The stored key prefix of the current key in ``namespace`` (hot path of every store)."""
+        try:
+            return self._current_prefix + namespace  # type: ignore[operator]
+        except TypeError:
+            self.get_current_key()
+            raise
+
+    # ---- state registration ------------------------------------------------------------------------------------
+
+    def get_or_create_state(self, descriptor: StateDescriptor) -> Any:
+        """The state primitive for ``descriptor``; the same object for every call with an equal descriptor."""
+        if not isinstance(descriptor, StateDescriptor):
+            raise ConfigurationError(
+                f"expected a state descriptor (ValueStateDescriptor, ...), got {type(descriptor).__qualname__}"
+            )
+        registered = self._states.get(descriptor.name)
+        if registered is not None:
+            existing = registered.descriptor
+            if (
+                existing.kind is not descriptor.kind
+                or existing.type_signature() != descriptor.type_signature()
+                or (existing.ttl_config != descriptor.ttl_config)
+            ):
+                raise StateDescriptorConflictError(
+                    f"state {descriptor.name!r} is already registered as {existing!r}"
+                    f"{' with TTL ' + existing.ttl_config.describe() if existing.ttl_config else ''}; it cannot be "
+                    f"registered again as {descriptor!r}"
+                    f"{' with TTL ' + descriptor.ttl_config.describe() if descriptor.ttl_config else ''}. "
+                    f"Use one descriptor per state name"
+                )
+            return registered.primitive
+        restored = self._restored_metadata.get(descriptor.name)
+        if restored is not None:
+            restored.check_compatible(descriptor)
+        from keyedstate.state.primitives import create_primitive  # primitives import this module
+
+        codec = EntryCodec(descriptor)
+        store = self._create_store(descriptor, codec)
+        primitive = create_primitive(descriptor, codec, store, self)
+        self._states[descriptor.name] = RegisteredState(descriptor, codec, store, primitive)
+        return primitive
+
+    def registered_state(self, name: str) -> RegisteredState:
+        try:
+            return self._states[name]
+        except KeyError:
+            known = ", ".join(sorted(self._states)) or "none"
+            raise UnknownStateError(
+                f"no state named {name!r} is registered (registered: {known}); register it with "
+                f"runtime_context.get_state(...) in open()"
+            ) from None
+
+    def state_names(self) -> list[str]:
+        return list(self._states)
+
+    def state_metadata(self) -> list[StateMetadata]:
+        """Metadata of every registered state plus restored states not registered again (they are kept)."""
+        metadata = {name: StateMetadata.of(s.descriptor) for name, s in self._states.items()}
+        for name, restored in self._restored_metadata.items():
+            metadata.setdefault(name, restored)
+        return list(metadata.values())
+
+    def _create_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> Any:
+        kind = descriptor.kind
+        if kind is StateKind.LIST:
+            return self._create_list_store(descriptor, codec)
+        if kind is StateKind.MAP:
+            return self._create_map_store(descriptor, codec)
+        return self._create_value_store(descriptor, codec)
+
+    @abstractmethod
+    def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> ValueStore: ...
+
+    @abstractmethod
+    def _create_list_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> ListStore: ...
+
+    @abstractmethod
+    def _create_map_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> MapStore: ...
+
+    # ---- internal columns (timers) -----------------------------------------------------------------------------
+
+    def raw_column(self, name: str) -> RawColumn:
+        """An internal ordered bytes map that is snapshotted and rescaled with the keyed state."""
+        column = self._raw_columns.get(name)
+        if column is None:
+            column = self._create_raw_column(name)
+            self._raw_columns[name] = column
+        return column
+
+    @abstractmethod
+    def _create_raw_column(self, name: str) -> RawColumn: ...
+
+    def add_pre_snapshot_hook(self, hook: Callable[[], None]) -> None:
+        """Run ``hook`` at the start of every snapshot (lets in-memory services flush into their raw column)."""
+        self._pre_snapshot_hooks.append(hook)
+
+    def _run_pre_snapshot_hooks(self) -> None:
+        for hook in self._pre_snapshot_hooks:
+            hook()
+
+    # ---- iteration, cleanup, snapshots ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def iter_keys(self, state_name: str) -> Iterator[Any]:
+        """Every key that has an entry in ``state_name`` (each once, any namespace)."""
+
+    @abstractmethod
+    def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
+        """Every (stored key, serialized entry) of a state in the shared layout, ascending by stored key."""
+
+    @abstractmethod
+    def cleanup_expired_state(self) -> int:
+        """Delete every expired entry of states with TTL; return how many were deleted."""
+
+    @abstractmethod
+    def snapshot(self, checkpoint_id: int) -> Any:
+        """Write a snapshot for ``checkpoint_id`` to the checkpoint storage and return its manifest."""
+
+    @abstractmethod
+    def restore(self, manifests: Sequence[Any]) -> None:
+        """Load the owned key groups from one or more snapshots (several when rescaling)."""
+
+    def close(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> "KeyedStateBackend":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -1,0 +1,254 @@
+"""The heap backend: all state in Python dicts, snapshotted in the shared stored-key layout."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Iterator, Optional, Sequence
+
+from keyedstate.errors import ConfigurationError
+from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+from keyedstate.serialization import decode_key
+from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.layout import (
+    KEY_GROUP_PREFIX_BYTES,
+    LIST_SEQUENCE_BYTES,
+    EntryCodec,
+    key_group_of,
+    pack_sequence,
+)
+from keyedstate.state.base.stores import RawColumn
+from keyedstate.state.descriptors import StateDescriptor, StateKind
+from keyedstate.state.heap.stores import (
+    HeapListStore,
+    HeapMapStore,
+    HeapRawColumn,
+    HeapValueStore,
+    write_validator,
+)
+
+__all__ = ["HeapKeyedStateBackend"]
+
+logger = logging.getLogger("keyedstate.state.heap")
+
+
+def _split_prefix(stored_key: bytes) -> int:
+    """Offset just past ``key group + encoded key + namespace`` in a stored key."""
+    _, offset = decode_key(stored_key, KEY_GROUP_PREFIX_BYTES)
+    _, offset = decode_key(stored_key, offset)
+    return offset
+
+
+def _key_prefix_end(stored_key: bytes) -> int:
+    _, offset = decode_key(stored_key, KEY_GROUP_PREFIX_BYTES)
+    return offset
+
+
+class HeapKeyedStateBackend(KeyedStateBackend):
+    """Keeps every entry as a Python object; fastest for state that fits in memory.
+
+    ``checkpoint_storage`` is needed only for :meth:`snapshot` / :meth:`restore`. With ``validate_writes`` (the
+    default) every non-scalar value is serialized once when written, so a value that could never be snapshotted is
+    rejected at once with an error naming the state, instead of failing every later snapshot.
+    """
+
+    backend_kind = "heap"
+
+    def __init__(
+        self,
+        *,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        key_group_range: Optional[KeyGroupRange] = None,
+        ttl_clock: TtlClock = system_clock_ms,
+        checkpoint_storage: Any = None,
+        scope: Optional[str] = None,
+        validate_writes: bool = True,
+    ) -> None:
+        super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
+        self.validate_writes = validate_writes
+        self.checkpoint_storage = checkpoint_storage
+        self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
+        # Restored records of states not registered (yet): kept as bytes and carried into later snapshots.
+        self._pending_records: dict[str, list[tuple[bytes, bytes]]] = {}
+
+    # ---- stores --------------------------------------------------------------------------------------------------
+
+    def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> HeapValueStore:
+        return HeapValueStore(self, write_validator(codec, self.validate_writes))
+
+    def _create_list_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> HeapListStore:
+        return HeapListStore(self, write_validator(codec, self.validate_writes))
+
+    def _create_map_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> HeapMapStore:
+        return HeapMapStore(self, codec, write_validator(codec, self.validate_writes))
+
+    def _create_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> Any:
+        store = super()._create_store(descriptor, codec)
+        pending = self._pending_records.pop(descriptor.name, None)
+        if pending:
+            self._load_into(store, descriptor, codec, pending)
+        return store
+
+    def _create_raw_column(self, name: str) -> RawColumn:
+        column = HeapRawColumn(name)
+        pending = self._pending_records.pop(_raw_column_state_name(name), None)
+        if pending:
+            column.put_many(pending)
+        return column
+
+    # ---- records in the shared layout ----------------------------------------------------------------------------
+
+    def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
+        if state_name in self._pending_records:
+            return iter(self._pending_records[state_name])
+        registered = self.registered_state(state_name)
+        return iter(sorted(_records_of(registered.descriptor, registered.codec, registered.store)))
+
+    def iter_raw_column_records(self, name: str) -> Iterator[tuple[bytes, bytes]]:
+        if name in self._raw_columns:
+            return self._raw_columns[name].items()
+        return iter(self._pending_records.get(_raw_column_state_name(name), ()))
+
+    def raw_column_names(self) -> list[str]:
+        pending = [n[len(_RAW_PREFIX):] for n in self._pending_records if n.startswith(_RAW_PREFIX)]
+        return sorted(set(self._raw_columns) | set(pending))
+
+    def load_stored_records(self, metadata: StateMetadata, records: Iterable[tuple[bytes, bytes]]) -> int:
+        """Add restored records of one state, keeping only owned key groups. Returns how many were kept."""
+        owned = self.key_group_range
+        kept = [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        existing = self._restored_metadata.get(metadata.name)
+        if existing is not None and existing != metadata:
+            raise ConfigurationError(
+                f"snapshots disagree about state {metadata.name!r}: {existing} vs {metadata}; they come from "
+                f"different jobs"
+            )
+        self._restored_metadata[metadata.name] = metadata
+        registered = self._states.get(metadata.name)
+        if registered is not None:
+            metadata.check_compatible(registered.descriptor)
+            self._load_into(registered.store, registered.descriptor, registered.codec, kept)
+        else:
+            self._pending_records.setdefault(metadata.name, []).extend(kept)
+        return len(kept)
+
+    def load_raw_column_records(self, name: str, records: Iterable[tuple[bytes, bytes]]) -> int:
+        owned = self.key_group_range
+        kept = [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        if name in self._raw_columns:
+            self._raw_columns[name].put_many(kept)
+        else:
+            self._pending_records.setdefault(_raw_column_state_name(name), []).extend(kept)
+        return len(kept)
+
+    def _load_into(self, store: Any, descriptor: StateDescriptor, codec: EntryCodec,
+                   records: Iterable[tuple[bytes, bytes]]) -> None:
+        kind = descriptor.kind
+        if kind is StateKind.LIST:
+            for stored_key, data in sorted(records):
+                composite = stored_key[:-LIST_SEQUENCE_BYTES]
+                store.data.setdefault(composite, []).append(codec.deserialize_entry(data))
+        elif kind is StateKind.MAP:
+            for stored_key, data in records:
+                split = _split_prefix(stored_key)
+                user_key, _ = decode_key(stored_key, split)
+                inner = store.data.setdefault(stored_key[:split], {})
+                inner[stored_key[split:]] = (user_key, codec.deserialize_entry(data))
+        else:
+            for stored_key, data in records:
+                store.data[stored_key] = codec.deserialize_entry(data)
+
+    # ---- keys, cleanup -------------------------------------------------------------------------------------------
+
+    def iter_keys(self, state_name: str) -> Iterator[Any]:
+        store = self.registered_state(state_name).store
+        seen: set[bytes] = set()
+        for stored_key in list(store.data):
+            prefix = stored_key[: _key_prefix_end(stored_key)]
+            if prefix not in seen:
+                seen.add(prefix)
+                yield decode_key(prefix, KEY_GROUP_PREFIX_BYTES)[0]
+
+    def cleanup_expired_state(self) -> int:
+        now = self.ttl_clock()
+        removed = 0
+        for registered in self._states.values():
+            ttl = registered.descriptor.ttl_config
+            if ttl is None:
+                continue
+            removed += _remove_expired(registered.descriptor.kind, registered.store.data, now - ttl.ttl_millis)
+        if removed:
+            logger.debug("TTL cleanup removed %d expired entries", removed)
+        return removed
+
+    def state_size(self) -> int:
+        """Number of stored entries (map entries and list elements counted one by one)."""
+        total = 0
+        for registered in self._states.values():
+            data = registered.store.data
+            if registered.descriptor.kind in (StateKind.LIST, StateKind.MAP):
+                total += sum(len(v) for v in data.values())
+            else:
+                total += len(data)
+        return total
+
+    # ---- snapshots -----------------------------------------------------------------------------------------------
+
+    def snapshot(self, checkpoint_id: int) -> Any:
+        from keyedstate.state.heap.snapshot import snapshot_heap_backend
+
+        return snapshot_heap_backend(self, checkpoint_id)
+
+    def restore(self, manifests: Sequence[Any]) -> None:
+        from keyedstate.state.heap.snapshot import restore_heap_backend
+
+        restore_heap_backend(self, manifests)
+
+
+_RAW_PREFIX = "\x01raw:"
+
+
+def _raw_column_state_name(name: str) -> str:
+    return _RAW_PREFIX + name
+
+
+def _records_of(descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Iterator[tuple[bytes, bytes]]:
+    serialize = codec.serialize_entry
+    kind = descriptor.kind
+    if kind is StateKind.LIST:
+        for composite, entries in store.data.items():
+            for index, entry in enumerate(entries):
+                yield composite + pack_sequence(index), serialize(entry)
+    elif kind is StateKind.MAP:
+        for composite, inner in store.data.items():
+            for encoded_user_key, (_, entry) in inner.items():
+                yield composite + encoded_user_key, serialize(entry)
+    else:
+        for composite, entry in store.data.items():
+            yield composite, serialize(entry)
+
+
+def _remove_expired(kind: StateKind, data: dict[bytes, Any], expired_before_or_at: int) -> int:
+    """Remove entries with ``last_access <= now - ttl`` (i.e. ``last_access + ttl <= now``)."""
+    removed = 0
+    if kind is StateKind.LIST:
+        for composite in list(data):
+            entries = data[composite]
+            alive = [e for e in entries if e[1] > expired_before_or_at]
+            removed += len(entries) - len(alive)
+            if alive:
+                data[composite] = alive
+            else:
+                del data[composite]
+    elif kind is StateKind.MAP:
+        for composite in list(data):
+            inner = data[composite]
+            for encoded in [k for k, (_, e) in inner.items() if e[1] <= expired_before_or_at]:
+                del inner[encoded]
+                removed += 1
+            if not inner:
+                del data[composite]
+    else:
+        for composite in [k for k, e in data.items() if e[1] <= expired_before_or_at]:
+            del data[composite]
+            removed += 1
+    return removed

@@ -1,0 +1,199 @@
+"""Type information for state descriptors, with PyFlink's ``Types`` factory names.
+
+A descriptor's type decides two things: which serializer stores the value, and which Python values may be written
+(and are expected back when reading). Plain Python types are accepted wherever a ``TypeInformation`` is
+(``ValueStateDescriptor("count", int)``), and so is any object with ``serialize``/``deserialize`` methods.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from keyedstate.errors import ConfigurationError
+from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, TypeSerializer
+
+__all__ = ["TypeInformation", "Types", "to_type_information"]
+
+
+def _any_value(value: Any) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class TypeInformation:
+    """What a state holds: a stable name (recorded in snapshots), a value check and a serializer."""
+
+    name: str
+    accepts: Callable[[Any], bool] = field(default=_any_value, compare=False, repr=False)
+    serializer: TypeSerializer = field(default=DEFAULT_CODEC, compare=False, repr=False)
+
+    def check(self, value: Any) -> bool:
+        return value is None or self.accepts(value)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _exact(*types: type, allow_bool: bool = False) -> Callable[[Any], bool]:
+    def accepts(value: Any) -> bool:
+        if type(value) is bool and not allow_bool:
+            return bool in types
+        return isinstance(value, types)
+
+    return accepts
+
+
+_NUMBER_LIKE = (int, float)
+
+
+class Types:
+    """PyFlink-compatible type factories (``Types.LONG()``, ``Types.MAP(Types.STRING(), Types.INT())``, ...)."""
+
+    @staticmethod
+    def BOOLEAN() -> TypeInformation:
+        return TypeInformation("BOOLEAN", _exact(bool))
+
+    @staticmethod
+    def BYTE() -> TypeInformation:
+        return TypeInformation("BYTE", _exact(int))
+
+    @staticmethod
+    def SHORT() -> TypeInformation:
+        return TypeInformation("SHORT", _exact(int))
+
+    @staticmethod
+    def INT() -> TypeInformation:
+        return TypeInformation("INT", _exact(int))
+
+    @staticmethod
+    def LONG() -> TypeInformation:
+        return TypeInformation("LONG", _exact(int))
+
+    @staticmethod
+    def BIG_INT() -> TypeInformation:
+        return TypeInformation("BIG_INT", _exact(int))
+
+    @staticmethod
+    def FLOAT() -> TypeInformation:
+        return TypeInformation("FLOAT", _exact(*_NUMBER_LIKE))
+
+    @staticmethod
+    def DOUBLE() -> TypeInformation:
+        return TypeInformation("DOUBLE", _exact(*_NUMBER_LIKE))
+
+    @staticmethod
+    def BIG_DEC() -> TypeInformation:
+        return TypeInformation("BIG_DEC", _exact(decimal.Decimal, int))
+
+    @staticmethod
+    def STRING() -> TypeInformation:
+        return TypeInformation("STRING", _exact(str))
+
+    @staticmethod
+    def CHAR() -> TypeInformation:
+        return TypeInformation("CHAR", _exact(str))
+
+    @staticmethod
+    def PRIMITIVE_ARRAY(element_type: Any = None) -> TypeInformation:
+        element = to_type_information(element_type) if element_type is not None else None
+        if element is not None and element.name == "BYTE":
+            return TypeInformation("PRIMITIVE_ARRAY<BYTE>", _exact(bytes, bytearray))
+        return TypeInformation(f"PRIMITIVE_ARRAY<{element}>", _exact(list, tuple))
+
+    @staticmethod
+    def BASIC_ARRAY(element_type: Any) -> TypeInformation:
+        return TypeInformation(f"BASIC_ARRAY<{to_type_information(element_type)}>", _exact(list, tuple))
+
+    @staticmethod
+    def OBJECT_ARRAY(element_type: Any) -> TypeInformation:
+        return TypeInformation(f"OBJECT_ARRAY<{to_type_information(element_type)}>", _exact(list, tuple))
+
+    @staticmethod
+    def LIST(element_type: Any) -> TypeInformation:
+        return TypeInformation(f"LIST<{to_type_information(element_type)}>", _exact(list))
+
+    @staticmethod
+    def MAP(key_type: Any, value_type: Any) -> TypeInformation:
+        key, value = to_type_information(key_type), to_type_information(value_type)
+        return TypeInformation(f"MAP<{key},{value}>", _exact(dict))
+
+    @staticmethod
+    def TUPLE(field_types: list[Any]) -> TypeInformation:
+        names = ",".join(str(to_type_information(t)) for t in field_types)
+        return TypeInformation(f"TUPLE<{names}>", _exact(tuple))
+
+    @staticmethod
+    def ROW(field_types: list[Any]) -> TypeInformation:
+        names = ",".join(str(to_type_information(t)) for t in field_types)
+        return TypeInformation(f"ROW<{names}>", _exact(tuple, list))
+
+    @staticmethod
+    def ROW_NAMED(field_names: list[str], field_types: list[Any]) -> TypeInformation:
+        fields = ",".join(f"{n}:{to_type_information(t)}" for n, t in zip(field_names, field_types))
+        return TypeInformation(f"ROW<{fields}>", _exact(tuple, list, dict))
+
+    @staticmethod
+    def SQL_DATE() -> TypeInformation:
+        return TypeInformation("SQL_DATE", lambda v: isinstance(v, _dt.date) and not isinstance(v, _dt.datetime))
+
+    @staticmethod
+    def SQL_TIMESTAMP() -> TypeInformation:
+        return TypeInformation("SQL_TIMESTAMP", _exact(_dt.datetime))
+
+    @staticmethod
+    def LOCAL_DATE_TIME() -> TypeInformation:
+        return TypeInformation("LOCAL_DATE_TIME", _exact(_dt.datetime))
+
+    @staticmethod
+    def INSTANT() -> TypeInformation:
+        return TypeInformation("INSTANT", _exact(_dt.datetime))
+
+    @staticmethod
+    def PICKLED_BYTE_ARRAY() -> TypeInformation:
+        return TypeInformation("PICKLED_BYTE_ARRAY", serializer=PickleValueCodec())
+
+    @staticmethod
+    def ANY() -> TypeInformation:
+        """Any value, stored with the default codec (keyedstate extension; PyFlink has no equivalent)."""
+        return TypeInformation("ANY")
+
+
+_PYTHON_TYPES: dict[type, Callable[[], TypeInformation]] = {
+    bool: Types.BOOLEAN,
+    int: Types.LONG,
+    float: Types.DOUBLE,
+    str: Types.STRING,
+    bytes: lambda: TypeInformation("BYTES", _exact(bytes, bytearray)),
+    decimal.Decimal: Types.BIG_DEC,
+    _dt.datetime: Types.SQL_TIMESTAMP,
+    _dt.date: Types.SQL_DATE,
+    list: lambda: TypeInformation("list", _exact(list)),
+    tuple: lambda: TypeInformation("tuple", _exact(tuple)),
+    dict: lambda: TypeInformation("dict", _exact(dict)),
+    set: lambda: TypeInformation("set", _exact(set)),
+    object: Types.ANY,
+}
+
+
+def to_type_information(type_info: Any) -> TypeInformation:
+    """Accept a ``TypeInformation``, a Python type, a serializer object, or ``None`` (any value)."""
+    if isinstance(type_info, TypeInformation):
+        return type_info
+    if type_info is None:
+        return Types.ANY()
+    if isinstance(type_info, type):
+        factory = _PYTHON_TYPES.get(type_info)
+        if factory is not None:
+            return factory()
+        cls = type_info
+        return TypeInformation(f"{cls.__module__}.{cls.__qualname__}", lambda v: isinstance(v, cls))
+    if callable(getattr(type_info, "serialize", None)) and callable(getattr(type_info, "deserialize", None)):
+        name = getattr(type_info, "name", None) or type(type_info).__qualname__
+        return TypeInformation(f"serializer:{name}", serializer=type_info)
+    raise ConfigurationError(
+        f"{type_info!r} is not a type: pass a Python type (int, str, dict, a class), a keyedstate.Types "
+        f"factory result such as Types.LONG(), or an object with serialize()/deserialize() methods"
+    )
