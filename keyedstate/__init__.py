@@ -5,6 +5,9 @@ The user API uses PyFlink's names, so PyFlink ``KeyedProcessFunction`` code port
 
 from keyedstate.errors import *  # noqa: F401,F403 - every error class is public
 from keyedstate.errors import __all__ as _error_names
+from keyedstate.api.process_function import Function, KeyedProcessFunction
+from keyedstate.api.runtime_context import RuntimeContext
+from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK, OutputTag, TimeDomain
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state import (
     AggregateFunction,
@@ -31,6 +34,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AggregateFunction",
+    "Function",
+    "KeyedProcessFunction",
+    "MAX_WATERMARK",
+    "MIN_WATERMARK",
+    "OutputTag",
+    "RuntimeContext",
+    "TimeDomain",
     "AggregatingState",
     "AggregatingStateDescriptor",
     "HeapKeyedStateBackend",

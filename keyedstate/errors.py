@@ -23,6 +23,8 @@ __all__ = [
     "SnapshotCorruptedError",
     "NoRestorableSnapshotError",
     "InvalidTimestampError",
+    "UserFunctionError",
+    "InvalidOutputError",
 ]
 
 
@@ -92,3 +94,11 @@ class NoRestorableSnapshotError(SnapshotError):
 
 class InvalidTimestampError(KeyedStateError, ValueError):
     """A timestamp is not a non-negative integer number of epoch milliseconds."""
+
+
+class UserFunctionError(KeyedStateError):
+    """User code (open, process_element, on_timer, close) raised; the original exception is chained as __cause__."""
+
+
+class InvalidOutputError(KeyedStateError, TypeError):
+    """A function produced something that is not an output record."""

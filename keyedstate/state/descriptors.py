@@ -58,6 +58,23 @@ class StateDescriptor:
     def get_name(self) -> str:
         return self.name
 
+    _STATE_METHODS = frozenset(
+        ("value", "update", "clear", "get", "add", "add_all", "put", "put_all", "remove", "contains", "keys",
+         "values", "items", "is_empty")
+    )
+
+    def __getattr__(self, attribute: str) -> Any:
+        # Only reached for missing attributes: the classic mistake of using a descriptor as if it were state.
+        if attribute in StateDescriptor._STATE_METHODS:
+            from keyedstate.errors import StateAccessOutsideOpenError
+
+            raise StateAccessOutsideOpenError(
+                f"{type(self).__name__} {self.__dict__.get('name')!r} is a description of state, not the state: "
+                f"create the state in open() with runtime_context.get_state(descriptor) (or get_list_state, "
+                f"get_map_state, ...) and call {attribute}() on what it returns"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attribute!r}")
+
     def type_signature(self) -> str:
         """What must stay the same between restarts for stored state to stay readable."""
         return f"{self.kind.value}<{self.type_info.name}>"

@@ -1,5 +1,6 @@
 """Tools for testing keyed functions without a cluster."""
 
 from keyedstate.testing.clock import ManualClock
+from keyedstate.testing.harness import HarnessSnapshot, KeyedProcessHarness
 
-__all__ = ["ManualClock"]
+__all__ = ["ManualClock", "KeyedProcessHarness", "HarnessSnapshot"]

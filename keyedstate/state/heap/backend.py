@@ -157,6 +157,29 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             for stored_key, data in records:
                 store.data[stored_key] = codec.deserialize_entry(data)
 
+    def export_records(self) -> list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]:
+        """Every state that holds data (registered, or restored and not registered again), unsorted; the Spark
+        state row is built from this."""
+        exported = []
+        for name, registered in self._states.items():
+            if registered.store.data:
+                records = list(_records_of(registered.descriptor, registered.codec, registered.store))
+                exported.append((StateMetadata.of(registered.descriptor), records))
+        for name, records in self._pending_records.items():
+            if records and not name.startswith(_RAW_PREFIX):
+                exported.append((self._restored_metadata[name], list(records)))
+        return exported
+
+    def reset(self) -> None:
+        """Drop all data (registrations stay): lets one backend serve many Spark groups one after another."""
+        for registered in self._states.values():
+            registered.store.data.clear()
+        for column in self._raw_columns.values():
+            column.clear()
+        self._pending_records.clear()
+        self._restored_metadata.clear()
+        self.clear_current_key()
+
     # ---- keys, cleanup -------------------------------------------------------------------------------------------
 
     def iter_keys(self, state_name: str) -> Iterator[Any]:

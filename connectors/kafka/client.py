@@ -1,0 +1,185 @@
+"""Driver-side Kafka requests (metadata, offsets, group offsets, commits) with the broker-outage retry budget.
+
+Used by the stream reader (in the long-lived Python process the driver JVM starts for the data source) and by the
+listener helper (in the user's driver process). Executors never use this module; see :mod:`connectors.kafka.fetch`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from typing import Callable, Iterable, Optional
+
+from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from connectors.kafka import kafka_errors
+from connectors.kafka.errors import KafkaRequestError, UnknownTopicError
+from connectors.kafka.options import KafkaOptions
+from connectors.kafka.retry import RetryBudget, call_with_retry
+
+__all__ = ["KafkaClient", "TP"]
+
+log = logging.getLogger("keyedstate.connectors.kafka.client")
+
+TP = tuple[str, int]
+
+
+class KafkaClient:
+    """One AdminClient plus the retry budget of :class:`KafkaOptions`."""
+
+    def __init__(self, opts: KafkaOptions) -> None:
+        self.opts = opts
+        self.brokers = opts.bootstrap_servers
+        self._admin = AdminClient(opts.librdkafka_config("admin"))
+        self._timeout_s = opts.request_timeout_ms / 1000
+        self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, self.brokers)
+        self._isolation = (IsolationLevel.READ_COMMITTED if opts.read_committed else IsolationLevel.READ_UNCOMMITTED)
+
+    # -- metadata ---------------------------------------------------------------------------------------------
+    def _topics_metadata(self) -> dict:
+        md = call_with_retry(lambda: self._admin.list_topics(timeout=self._timeout_s), self.budget,
+                             topic=self.opts.topics_description, action="fetching topic metadata")
+        return md.topics
+
+    def topic_partitions(self, *, fail_on_unknown: bool = True) -> dict[str, list[int]]:
+        """Current partitions of the subscribed/assigned topics (partition discovery runs through here).
+
+        ``subscribe``/``assign`` naming a missing topic raises :class:`UnknownTopicError` when ``fail_on_unknown``;
+        otherwise missing topics are left out.
+        """
+        topics = self._topics_metadata()
+        existing: dict[str, list[int]] = {}
+        for name, tmd in topics.items():
+            if tmd.error is not None and kafka_errors.is_unknown_topic(tmd.error):
+                continue
+            existing[name] = sorted(tmd.partitions)
+        o = self.opts
+        if o.subscribe_pattern is not None:
+            rx = re.compile(o.subscribe_pattern)
+            return {t: ps for t, ps in sorted(existing.items()) if rx.fullmatch(t) and not t.startswith("__")}
+        wanted = list(o.subscribe) if o.subscribe else list((o.assign or {}).keys())
+        missing = [t for t in wanted if t not in existing or not existing[t]]
+        if missing and fail_on_unknown:
+            raise UnknownTopicError(
+                f"topic(s) {', '.join(repr(t) for t in missing)} do not exist on Kafka brokers {self.brokers}; "
+                f"create them or fix option {'subscribe' if o.subscribe else 'assign'}")
+        out: dict[str, list[int]] = {}
+        for t in wanted:
+            if t not in existing:
+                continue
+            if o.assign is not None:
+                absent = [p for p in o.assign[t] if p not in existing[t]]
+                if absent and fail_on_unknown:
+                    raise UnknownTopicError(
+                        f"topic {t!r} on brokers {self.brokers} has no partition(s) {absent} (it has "
+                        f"{len(existing[t])}); fix option assign")
+                out[t] = [p for p in o.assign[t] if p in existing[t]]
+            else:
+                out[t] = existing[t]
+        return out
+
+    # -- offsets ----------------------------------------------------------------------------------------------
+    def list_offsets(self, tps: Iterable[TP], spec: str | int) -> dict[TP, int]:
+        """Offsets per partition for ``spec`` = "earliest", "latest" (the last stable offset under read_committed)
+        or an epoch-millisecond timestamp (first offset with timestamp >= it, -1 if none)."""
+        tps = list(tps)
+        if not tps:
+            return {}
+        if spec == "earliest":
+            s = OffsetSpec.earliest()
+        elif spec == "latest":
+            s = OffsetSpec.latest()
+        else:
+            s = OffsetSpec.for_timestamp(int(spec))
+        request = {TopicPartition(t, p): s for t, p in tps}
+
+        def run() -> dict[TP, int]:
+            futures = self._admin.list_offsets(request, isolation_level=self._isolation,
+                                               request_timeout=self._timeout_s)
+            out: dict[TP, int] = {}
+            for tp, fut in futures.items():
+                res = fut.result(timeout=self._timeout_s + 5)
+                out[(tp.topic, tp.partition)] = int(res.offset)
+            return out
+
+        return call_with_retry(run, self.budget, topic=_describe(tps), action=f"listing {spec} offsets")
+
+    def committed(self, group_id: str, tps: Iterable[TP]) -> dict[TP, int]:
+        """The group's committed offsets (next offset to read); partitions without one are absent."""
+        tps = list(tps)
+        if not tps:
+            return {}
+
+        def run() -> dict[TP, int]:
+            req = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in tps])]
+            fut = self._admin.list_consumer_group_offsets(req, request_timeout=self._timeout_s)[group_id]
+            res = fut.result(timeout=self._timeout_s + 5)
+            out: dict[TP, int] = {}
+            for tp in res.topic_partitions:
+                if tp.error is not None:
+                    raise KafkaException(tp.error)
+                if tp.offset >= 0:
+                    out[(tp.topic, tp.partition)] = int(tp.offset)
+            return out
+
+        return call_with_retry(run, self.budget, topic=_describe(tps),
+                               action=f"reading committed offsets of group {group_id!r}")
+
+    # -- commits ----------------------------------------------------------------------------------------------
+    def commit_sync(self, group_id: str, offsets: dict[TP, int], *, never_backwards: bool = True) -> dict[TP, int]:
+        """Commit ``offsets`` (next offset to read) for ``group_id``; return what was actually sent.
+
+        With ``never_backwards`` partitions whose committed offset is already higher are left alone, so the
+        listener helper and the stream reader (separate processes) cannot move a group backwards by racing.
+        One attempt, no retry budget: a failed commit is reported to the caller, and the next checkpoint commits.
+        """
+        send = dict(offsets)
+        if never_backwards and send:
+            current = self._committed_once(group_id, list(send))
+            send = {tp: o for tp, o in send.items() if current.get(tp, -1) < o}
+        if not send:
+            return {}
+        req = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p, o) for (t, p), o in sorted(send.items())])]
+        fut = self._admin.alter_consumer_group_offsets(req, request_timeout=self._timeout_s)[group_id]
+        res = fut.result(timeout=self._timeout_s + 5)
+        for tp in res.topic_partitions:
+            if tp.error is not None:
+                raise kafka_errors.translate(tp.error, brokers=self.brokers, topic=f"{tp.topic}[{tp.partition}]",
+                                             action=f"committing offsets of group {group_id!r}")
+        return send
+
+    def _committed_once(self, group_id: str, tps: list[TP]) -> dict[TP, int]:
+        req = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in tps])]
+        fut = self._admin.list_consumer_group_offsets(req, request_timeout=self._timeout_s)[group_id]
+        res = fut.result(timeout=self._timeout_s + 5)
+        return {(tp.topic, tp.partition): int(tp.offset) for tp in res.topic_partitions
+                if tp.error is None and tp.offset >= 0}
+
+    def async_commit_function(self, group_id: str) -> Callable[[dict[TP, int], Callable[[Optional[BaseException]],
+                                                                                           None]], None]:
+        """A :data:`connectors.kafka.committer.CommitFunction` committing on a background thread."""
+
+        def commit(offsets: dict[TP, int], done: Callable[[Optional[BaseException]], None]) -> None:
+            def work() -> None:
+                try:
+                    sent = self.commit_sync(group_id, offsets)
+                    log.info("committed offsets of group %r: %s", group_id, _fmt(sent) if sent else "(unchanged)")
+                except Exception as exc:  # noqa: BLE001 - reported to the committer, which counts and logs it
+                    done(exc if not isinstance(exc, KafkaException) else KafkaRequestError(str(exc)))
+                    return
+                done(None)
+
+            threading.Thread(target=work, name="keyedstate-kafka-commit", daemon=True).start()
+
+        return commit
+
+
+def _describe(tps: list[TP]) -> str:
+    topics = sorted({t for t, _ in tps})
+    return "topic " + ", ".join(repr(t) for t in topics)
+
+
+def _fmt(offsets: dict[TP, int]) -> str:
+    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items()))

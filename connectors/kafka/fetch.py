@@ -1,0 +1,219 @@
+"""Reading one offset range of one Kafka partition on a Spark executor, as Arrow record batches.
+
+Runs inside ``DataSourceStreamReader.read`` on executors. The range is ``[start, end)`` (``start = -2`` means the
+partition's earliest offset, used for partitions discovered while the query runs). The loop assigns, seeks, consumes
+in batches and stops at ``end``. It never waits for an offset that will not come: offsets skipped by compaction or
+taken by transaction markers are detected through librdkafka's partition-EOF event, whose offset is the fetch
+position past such gaps. Broker outages are ridden out within ``brokerRetryTimeoutMs``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Iterator, Optional
+
+import pyarrow as pa
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from pyspark.sql.datasource import InputPartition
+
+from connectors.kafka import kafka_errors
+from connectors.kafka.errors import KafkaDataLossError
+from connectors.kafka.options import KafkaOptions
+from connectors.kafka.retry import RetryBudget
+
+__all__ = ["KafkaInputPartition", "ARROW_SCHEMA", "read_range"]
+
+log = logging.getLogger("keyedstate.connectors.kafka.fetch")
+
+ARROW_SCHEMA = pa.schema([
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("offset", pa.int64()),
+    ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+    ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+])
+
+_HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
+
+
+class KafkaInputPartition(InputPartition):
+    """One Spark task: records ``[start, end)`` of ``topic``/``partition`` (picklable, built on the driver)."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.value = (topic, partition, start, end)
+
+    def __repr__(self) -> str:
+        return f"KafkaInputPartition({self.topic}[{self.partition}] {self.start}..{self.end})"
+
+
+# Consumers are reused across tasks within one Python worker (workers are reused and run one task at a time).
+_CONSUMERS: dict[tuple, Consumer] = {}
+
+
+def _consumer(opts: KafkaOptions) -> tuple[tuple, Consumer]:
+    conf = opts.librdkafka_config("consumer")
+    key = tuple(sorted(conf.items()))
+    c = _CONSUMERS.get(key)
+    if c is None:
+        c = Consumer(conf)
+        _CONSUMERS[key] = c
+    return key, c
+
+
+def _drop_consumer(key: tuple) -> None:
+    c = _CONSUMERS.pop(key, None)
+    if c is not None:
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+
+def _to_batch(topic: str, partition: int, keys: list, values: list, offsets: list, ts: list, ts_types: list,
+              headers: list) -> pa.RecordBatch:
+    n = len(offsets)
+    return pa.RecordBatch.from_arrays([
+        pa.array(keys, pa.binary()),
+        pa.array(values, pa.binary()),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.array(offsets, pa.int64()),
+        pa.array([t * 1000 for t in ts], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pa.array(ts_types, pa.int32()),
+        pa.array(headers, _HEADERS_TYPE),
+    ], schema=ARROW_SCHEMA)
+
+
+def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
+    """Yield the records of ``part`` as Arrow batches of at most ``maxBatchRecords`` rows."""
+    topic, partition, start, end = part.topic, part.partition, part.start, part.end
+    if start >= 0 and start >= end:
+        return
+    key, consumer = _consumer(opts)
+    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
+    where = f"topic {topic!r} partition {partition}"
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if start < 0 else start)])
+    ok = False
+    try:
+        yield from _consume(opts, consumer, budget, topic, partition, start, end, where)
+        ok = True
+    finally:
+        if ok:
+            try:
+                consumer.unassign()
+            except KafkaException:
+                _drop_consumer(key)
+        else:
+            _drop_consumer(key)
+
+
+def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic: str, partition: int, start: int,
+             end: int, where: str) -> Iterator[pa.RecordBatch]:
+    batch_max = opts.max_batch_records
+    keys: list = []
+    values: list = []
+    offs: list = []
+    ts: list = []
+    tts: list = []
+    hdrs: list = []
+    position = start  # next offset we expect; -2 until the first record/EOF tells us
+    stalled_since: Optional[float] = None
+    last_error: Optional[BaseException] = None
+    budget_s = opts.broker_retry_timeout_ms / 1000
+    while position < 0 or position < end:
+        msgs = consumer.consume(num_messages=min(batch_max, 10_000), timeout=0.5)
+        progressed = False
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if kafka_errors.is_partition_eof(err):
+                    eof = m.offset()
+                    if eof >= end:
+                        position = end
+                        progressed = True
+                        break
+                    if position < 0 or eof > position:
+                        position = eof
+                    last_error = KafkaDataLossError(
+                        f"{where}: the log ends at offset {eof} but the batch needs records up to {end - 1} "
+                        f"(brokers {opts.bootstrap_servers})")
+                    continue
+                if kafka_errors.is_out_of_range(err):
+                    position = _out_of_range(opts, consumer, topic, partition, position, end, where, err)
+                    progressed = True
+                    continue
+                if kafka_errors.is_transient(err) or err.code() < 0 and not kafka_errors.is_unknown_topic(err):
+                    last_error = KafkaException(err)
+                    continue
+                raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=where,
+                                             action="fetching records")
+            off = m.offset()
+            if off >= end:
+                position = end
+                progressed = True
+                break
+            t_type, t = m.timestamp()
+            keys.append(m.key())
+            values.append(m.value())
+            offs.append(off)
+            ts.append(t)
+            tts.append(t_type - 1)
+            h = m.headers()
+            hdrs.append(h if h is None else [(k, v) for k, v in h])
+            position = off + 1
+            progressed = True
+        if len(offs) >= batch_max or (offs and position >= end):
+            yield _to_batch(topic, partition, keys, values, offs, ts, tts, hdrs)
+            keys, values, offs, ts, tts, hdrs = [], [], [], [], [], []
+        if progressed:
+            if stalled_since is not None:
+                budget.succeeded()
+            stalled_since = None
+            last_error = None
+            continue
+        now = time.monotonic()
+        if stalled_since is None:
+            stalled_since = now
+        elif now - stalled_since >= budget_s:
+            if isinstance(last_error, KafkaDataLossError):
+                if opts.fail_on_data_loss:
+                    raise KafkaDataLossError(
+                        f"{last_error} for longer than brokerRetryTimeoutMs={opts.broker_retry_timeout_ms}: records "
+                        f"were lost (topic deleted or recreated, or an unclean leader election). Set "
+                        f"failOnDataLoss=false to skip them")
+                log.warning("%s; failOnDataLoss=false, skipping to the end of the batch", last_error)
+                break
+            raise kafka_errors.translate(
+                last_error or KafkaException(_timeout_error()), brokers=opts.bootstrap_servers, topic=where,
+                action="fetching records", elapsed_s=now - stalled_since, budget_ms=opts.broker_retry_timeout_ms)
+    if offs:
+        yield _to_batch(topic, partition, keys, values, offs, ts, tts, hdrs)
+
+
+def _timeout_error():  # a KafkaError meaning "nothing arrived in time"
+    from confluent_kafka import KafkaError
+
+    return KafkaError(KafkaError._TIMED_OUT, "no records or end-of-partition arrived")
+
+
+def _out_of_range(opts: KafkaOptions, consumer: Consumer, topic: str, partition: int, position: int, end: int,
+                  where: str, err) -> int:
+    """The fetch position is outside the log: fail (failOnDataLoss) or skip to the earliest offset still there."""
+    if opts.fail_on_data_loss:
+        raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=where,
+                                     action=f"fetching from offset {position}")
+    low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                timeout=opts.request_timeout_ms / 1000, cached=False)
+    log.warning("%s: offset %d is no longer available (earliest is %d); failOnDataLoss=false, skipping the lost "
+                "records", where, position, low)
+    new = max(low, position)
+    consumer.assign([TopicPartition(topic, partition, min(new, end))])
+    return new if new < end else end

@@ -1,0 +1,100 @@
+"""The one place that turns confluent-kafka / librdkafka errors into :mod:`connectors.kafka.errors` exceptions.
+
+Everything else in the connector calls :func:`kafka_error_of`, :func:`is_transient` and :func:`translate`; no other
+module inspects librdkafka error codes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from confluent_kafka import KafkaError, KafkaException
+
+from connectors.kafka.errors import (
+    BrokersUnavailableError,
+    KafkaConnectorError,
+    KafkaDataLossError,
+    KafkaRequestError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+)
+
+__all__ = ["kafka_error_of", "is_transient", "is_unknown_topic", "is_partition_eof", "is_out_of_range", "translate"]
+
+#: Errors that mean "brokers (or a leader/coordinator) are not reachable right now": retry within the budget.
+_TRANSIENT = {
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._TIMED_OUT_QUEUE,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.NETWORK_EXCEPTION, KafkaError._RESOLVE, KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._WAIT_COORD,
+    KafkaError.BROKER_NOT_AVAILABLE, KafkaError._NODE_UPDATE, KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH, KafkaError.KAFKA_STORAGE_ERROR,
+}
+_UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
+_OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+
+
+def kafka_error_of(exc: BaseException | KafkaError | None) -> Optional[KafkaError]:
+    """The :class:`KafkaError` carried by ``exc`` (a KafkaException, a KafkaError, or None)."""
+    if exc is None:
+        return None
+    if isinstance(exc, KafkaError):
+        return exc
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None
+
+
+def is_transient(exc: BaseException | KafkaError | None) -> bool:
+    """True if the error is a broker outage / leader move / timeout that a retry can cure."""
+    err = kafka_error_of(exc)
+    if err is None:
+        return False
+    return err.code() in _TRANSIENT or (err.retriable() and err.code() not in _UNKNOWN_TOPIC)
+
+
+def is_unknown_topic(exc: BaseException | KafkaError | None) -> bool:
+    err = kafka_error_of(exc)
+    return err is not None and err.code() in _UNKNOWN_TOPIC
+
+
+def is_partition_eof(err: Optional[KafkaError]) -> bool:
+    return err is not None and err.code() == KafkaError._PARTITION_EOF
+
+
+def is_out_of_range(exc: BaseException | KafkaError | None) -> bool:
+    err = kafka_error_of(exc)
+    return err is not None and err.code() in _OUT_OF_RANGE
+
+
+def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, action: str,
+              elapsed_s: Optional[float] = None, budget_ms: Optional[int] = None) -> KafkaConnectorError:
+    """Turn a librdkafka error that happened while doing ``action`` on ``topic`` into our exception.
+
+    ``elapsed_s``/``budget_ms`` are given when the retry budget ran out; the message then names the option to raise.
+    """
+    err = kafka_error_of(exc)
+    name = err.name() if err is not None else type(exc).__name__
+    detail = err.str() if err is not None else str(exc)
+    if err is None or is_transient(err):
+        if budget_ms is not None:
+            return BrokersUnavailableError(
+                f"Kafka brokers {brokers} did not answer while {action} for {topic}: still failing after "
+                f"{elapsed_s or 0:.1f} s ({name}: {detail}). The retry budget brokerRetryTimeoutMs={budget_ms} "
+                f"was used up; check that the brokers are reachable, or raise option brokerRetryTimeoutMs to ride "
+                f"out longer outages")
+        return BrokersUnavailableError(f"Kafka brokers {brokers} unavailable while {action} for {topic} "
+                                       f"({name}: {detail})")
+    if err.code() in _UNKNOWN_TOPIC:
+        return UnknownTopicError(
+            f"{topic} does not exist on Kafka brokers {brokers} ({name}) while {action}; create it, fix option "
+            f"subscribe/subscribePattern/assign, or set failOnDataLoss=false to skip deleted topics")
+    if err.code() in _OUT_OF_RANGE:
+        return OffsetOutOfRangeError(
+            f"offset out of range while {action} for {topic} on brokers {brokers} ({name}: {detail}); the data "
+            f"was deleted by retention or the offset is past the end. Fix option startingOffsets, or set "
+            f"failOnDataLoss=false to skip to the earliest available offset")
+    if err.code() == KafkaError._PARTITION_EOF:
+        return KafkaDataLossError(f"{topic}: unexpected end of partition while {action} on brokers {brokers}")
+    return KafkaRequestError(f"Kafka request failed while {action} for {topic} on brokers {brokers} "
+                             f"({name}: {detail})")

@@ -1,0 +1,6 @@
+"""The operator core that drives a KeyedProcessFunction (shared by the harness and Spark)."""
+
+from keyedstate.operator.keyed_process import KeyedProcessOperator
+from keyedstate.operator.outputs import OutputBuffer
+
+__all__ = ["KeyedProcessOperator", "OutputBuffer"]

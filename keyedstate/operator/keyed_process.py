@@ -1,0 +1,192 @@
+"""The one operator core that drives a ``KeyedProcessFunction``, shared by the test harness and Spark.
+
+Per unit of work: set the current key -> fire due timers -> process the elements -> fire timers that became due ->
+persist (snapshot). The operator owns the function, the keyed state backend, the timer service and the output
+buffer; callers (the harness, the Spark group function) decide when watermarks and processing time advance and
+when snapshots happen.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable, Optional
+
+from keyedstate.api.process_function import KeyedProcessFunction
+from keyedstate.api.runtime_context import RuntimeContext
+from keyedstate.api.time_domain import OutputTag, TimeDomain
+from keyedstate.errors import ConfigurationError, KeyedStateError, UserFunctionError
+from keyedstate.operator.outputs import OutputBuffer
+from keyedstate.state.base.backend import KeyedStateBackend
+from timers import InternalTimer, InternalTimerService, TimerService
+
+__all__ = ["KeyedProcessOperator"]
+
+logger = logging.getLogger("keyedstate.operator")
+
+
+def _short(value: Any, limit: int = 200) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Context(KeyedProcessFunction.OnTimerContext):
+    """The single context object passed to ``process_element`` and ``on_timer`` (re-pointed for each call)."""
+
+    __slots__ = ("_operator", "_timestamp", "_domain")
+
+    def __init__(self, operator: "KeyedProcessOperator") -> None:
+        self._operator = operator
+        self._timestamp: Optional[int] = None
+        self._domain: Optional[TimeDomain] = None
+
+    def get_current_key(self) -> Any:
+        return self._operator.backend.get_current_key()
+
+    def timestamp(self) -> Optional[int]:
+        return self._timestamp
+
+    def timer_service(self) -> TimerService:
+        return self._operator.user_timer_service
+
+    def output(self, output_tag: OutputTag, value: Any) -> None:
+        self._operator.outputs.emit_side(output_tag, value, self._timestamp)
+
+    def time_domain(self) -> TimeDomain:
+        if self._domain is None:
+            raise KeyedStateError("time_domain() is only available in on_timer")
+        return self._domain
+
+
+class KeyedProcessOperator:
+    """Runs one ``KeyedProcessFunction`` over one keyed state backend (one partition's key groups)."""
+
+    def __init__(
+        self,
+        function: KeyedProcessFunction,
+        backend: KeyedStateBackend,
+        *,
+        task_name: Optional[str] = None,
+        index_of_this_subtask: int = 0,
+        number_of_parallel_subtasks: int = 1,
+        attempt_number: int = 0,
+    ) -> None:
+        if not isinstance(function, KeyedProcessFunction):
+            raise ConfigurationError(
+                f"expected a KeyedProcessFunction instance, got {type(function).__qualname__}; subclass "
+                f"keyedstate.KeyedProcessFunction and pass an instance"
+            )
+        self.function = function
+        self.function_name = type(function).__qualname__
+        self.backend = backend
+        self.outputs = OutputBuffer()
+        self.timer_service = InternalTimerService(backend, self)
+        self.user_timer_service = TimerService(self.timer_service)
+        self.runtime_context = RuntimeContext(
+            backend,
+            task_name=task_name or self.function_name,
+            index_of_this_subtask=index_of_this_subtask,
+            number_of_parallel_subtasks=number_of_parallel_subtasks,
+            attempt_number=attempt_number,
+        )
+        self._context = _Context(self)
+        self.timers_fired = 0
+        self.elements_processed = 0
+        self._opened = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Call the function's ``open`` once."""
+        if self._opened:
+            return
+        self._call_user("open", lambda: self.function.open(self.runtime_context), None)
+        self._opened = True
+
+    def close(self) -> None:
+        if self._opened:
+            self._opened = False
+            self._call_user("close", self.function.close, None)
+
+    # ---- elements ------------------------------------------------------------------------------------------------
+
+    def process_element(self, key: Any, value: Any, timestamp: Optional[int] = None) -> None:
+        """Process one element of ``key`` (sets the current key)."""
+        self.backend.set_current_key(key)
+        try:
+            self._process_current(value, timestamp)
+        finally:
+            self.backend.clear_current_key()
+
+    def process_elements_of_current_key(self, values: Iterable[Any], timestamps: Iterable[Optional[int]]) -> None:
+        """Process several elements of the key already set as current (Spark calls this once per key)."""
+        for value, timestamp in zip(values, timestamps):
+            self._process_current(value, timestamp)
+
+    def _process_current(self, value: Any, timestamp: Optional[int]) -> None:
+        context = self._context
+        context._timestamp = timestamp
+        context._domain = None
+        try:
+            result = self.function.process_element(value, context)
+            self.outputs.collect(result, timestamp, lambda: f"{self.function_name}.process_element")
+        except Exception as error:
+            raise self._user_error("process_element", f"element {_short(value)}", error) from error
+        self.elements_processed += 1
+
+    # ---- time ----------------------------------------------------------------------------------------------------
+
+    def advance_watermark(self, watermark: int) -> int:
+        """Fire every event-time timer with ``timestamp <= watermark``; returns how many fired."""
+        before = self.timers_fired
+        self.timer_service.advance_watermark(watermark)
+        self.backend.clear_current_key()
+        return self.timers_fired - before
+
+    def advance_processing_time(self, now: int) -> int:
+        """Fire every processing-time timer with ``timestamp <= now``; returns how many fired."""
+        before = self.timers_fired
+        self.timer_service.advance_processing_time(now)
+        self.backend.clear_current_key()
+        return self.timers_fired - before
+
+    def on_event_time(self, timer: InternalTimer) -> None:
+        self._fire(timer, TimeDomain.EVENT_TIME, timer.timestamp)
+
+    def on_processing_time(self, timer: InternalTimer) -> None:
+        # Flink erases the record timestamp for processing-time firings.
+        self._fire(timer, TimeDomain.PROCESSING_TIME, None)
+
+    def _fire(self, timer: InternalTimer, domain: TimeDomain, output_timestamp: Optional[int]) -> None:
+        context = self._context
+        context._timestamp = timer.timestamp
+        context._domain = domain
+        self.timers_fired += 1
+        try:
+            result = self.function.on_timer(timer.timestamp, context)
+            self.outputs.collect(result, output_timestamp, lambda: f"{self.function_name}.on_timer")
+        except Exception as error:
+            what = f"{domain.name.lower().replace('_', '-')} timer at {timer.timestamp}"
+            raise self._user_error("on_timer", what, error) from error
+        finally:
+            context._domain = None
+
+    # ---- helpers -------------------------------------------------------------------------------------------------
+
+    def _call_user(self, method: str, call: Any, what: Optional[str]) -> None:
+        try:
+            call()
+        except Exception as error:
+            raise self._user_error(method, what, error) from error
+
+    def _user_error(self, method: str, what: Optional[str], error: Exception) -> UserFunctionError:
+        """Every exception escaping user code, ours included (bad state use, bad output), is reported with the
+        function, key and element or timer; the original stays chained as ``__cause__``."""
+        try:
+            key = f" for key {_short(self.backend.get_current_key())}"
+        except KeyedStateError:
+            key = ""
+        on = f" on {what}" if what else ""
+        return UserFunctionError(
+            f"{self.function_name}.{method} failed{key}{on}: {type(error).__name__}: {error}"
+        )
+

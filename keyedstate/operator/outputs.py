@@ -1,0 +1,67 @@
+"""Collects what a function yields: main-output records with their timestamps, and side outputs."""
+
+from __future__ import annotations
+
+from types import GeneratorType
+from typing import Any, Callable, Iterable, Optional
+
+from keyedstate.api.time_domain import OutputTag
+from keyedstate.errors import InvalidOutputError
+
+__all__ = ["OutputBuffer"]
+
+_NOT_ITERABLE_RESULTS = (str, bytes, bytearray, dict)
+
+
+class OutputBuffer:
+    """Main output as parallel lists of records and timestamps (cheap to turn into one DataFrame), side outputs
+    as lists of ``(value, timestamp)`` per tag id."""
+
+    __slots__ = ("records", "timestamps", "side_outputs")
+
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+        self.timestamps: list[Optional[int]] = []
+        self.side_outputs: dict[str, list[tuple[Any, Optional[int]]]] = {}
+
+    def emit_side(self, tag: OutputTag, value: Any, timestamp: Optional[int]) -> None:
+        if not isinstance(tag, OutputTag):
+            raise InvalidOutputError(f"side outputs need an OutputTag, got {type(tag).__qualname__}")
+        if value is None:
+            raise InvalidOutputError(f"None was sent to side output {tag.tag_id!r}; emit a record or nothing")
+        self.side_outputs.setdefault(tag.tag_id, []).append((value, timestamp))
+
+    def collect(self, result: Any, timestamp: Optional[int], describe: Callable[[], str]) -> None:
+        """Drain ``result`` (a generator, an iterable, or None). Errors raised by user code while the generator
+        runs propagate unchanged; the caller wraps them."""
+        if result is None:
+            return
+        if isinstance(result, _NOT_ITERABLE_RESULTS) or not isinstance(result, (GeneratorType, Iterable)):
+            raise InvalidOutputError(
+                f"{describe()} returned a {type(result).__qualname__}; it must yield output records (be a generator) "
+                f"or return an iterable of records or None"
+            )
+        records = self.records
+        timestamps = self.timestamps
+        for record in result:
+            if type(record) is tuple and len(record) == 2 and isinstance(record[0], OutputTag):
+                self.emit_side(record[0], record[1], timestamp)
+                continue
+            if record is None or isinstance(record, (GeneratorType, OutputTag)):
+                raise InvalidOutputError(
+                    f"{describe()} yielded {'None' if record is None else type(record).__qualname__}, which is not an "
+                    f"output record; yield a tuple, dict, Row or value (or `output_tag, value` for a side output)"
+                )
+            records.append(record)
+            timestamps.append(timestamp)
+
+    def drain(self) -> tuple[list[Any], list[Optional[int]]]:
+        records, timestamps = self.records, self.timestamps
+        self.records, self.timestamps = [], []
+        return records, timestamps
+
+    def drain_side(self, tag_id: str) -> list[tuple[Any, Optional[int]]]:
+        return self.side_outputs.pop(tag_id, [])
+
+    def __len__(self) -> int:
+        return len(self.records)

@@ -1,0 +1,50 @@
+"""Every PySpark version difference keyedstate depends on, in one place.
+
+keyedstate.spark sticks to APIs PySpark 3.5 already has (applyInPandasWithState, xxhash64, pmod, unix_millis,
+GroupState); where 4.x differs, the difference is handled here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pyspark
+
+__all__ = ["PYSPARK_VERSION", "current_batch_id", "task_partition_id", "watermark_or_none", "GROUP_STATE_TIMEOUT"]
+
+PYSPARK_VERSION = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
+
+
+def _group_state_timeout() -> Any:
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    return GroupStateTimeout
+
+
+GROUP_STATE_TIMEOUT = _group_state_timeout()
+
+
+def current_batch_id() -> Optional[int]:
+    """The micro-batch id of the running task (None outside a streaming task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return None
+    value = context.getLocalProperty("streaming.sql.batchId")
+    return int(value) if value not in (None, "") else None
+
+
+def task_partition_id() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.partitionId() if context is not None else 0
+
+
+def watermark_or_none(group_state: Any) -> Optional[int]:
+    """Spark's current watermark, or None when the query has none (getCurrentWatermarkMs raises then)."""
+    try:
+        return int(group_state.getCurrentWatermarkMs())
+    except Exception:  # PySparkRuntimeError in 3.5 and 4.x alike; the class moved between versions
+        return None

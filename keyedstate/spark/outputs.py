@@ -1,0 +1,149 @@
+"""Turn the records a function yields into one pandas DataFrame per group call, checked against the schema.
+
+Spark would otherwise fail deep inside Arrow with a message that names neither the key group nor the batch, so
+records are validated here: shape first (tuple arity, dict keys), then each column's Arrow conversion.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql.types import StructType
+
+from keyedstate.errors import InvalidOutputError
+
+__all__ = ["OutputLayout", "SIDE_OUTPUT_TAG_COLUMN", "side_output_column"]
+
+SIDE_OUTPUT_TAG_COLUMN = "output_tag"
+
+
+def side_output_column(tag_id: str) -> str:
+    return f"side_{tag_id}"
+
+
+def _arrow_type(spark_type: Any) -> pa.DataType:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return to_arrow_type(spark_type)
+
+
+class OutputLayout:
+    """The output struct of a keyed_process query: the main output's fields, plus (when side outputs are declared)
+    an ``output_tag`` column and one struct column per side output."""
+
+    def __init__(self, main_schema: StructType, side_schemas: Optional[dict[str, StructType]] = None) -> None:
+        self.main_schema = main_schema
+        self.side_schemas = dict(side_schemas or {})
+        self.main_names = [f.name for f in main_schema.fields]
+        fields = list(main_schema.fields)
+        if self.side_schemas:
+            from pyspark.sql.types import StringType, StructField
+
+            fields = [StructField(f.name, f.dataType, True) for f in fields]
+            fields.append(StructField(SIDE_OUTPUT_TAG_COLUMN, StringType(), True))
+            for tag_id, schema in self.side_schemas.items():
+                fields.append(StructField(side_output_column(tag_id), schema, True))
+        self.output_schema = StructType(fields)
+        self._arrow_types = {f.name: _arrow_type(f.dataType) for f in self.output_schema.fields}
+
+    # ---- records -> rows ---------------------------------------------------------------------------------------
+
+    def _as_tuple(self, record: Any, names: Sequence[str], where: str) -> tuple[Any, ...]:
+        if isinstance(record, dict):
+            missing = [n for n in names if n not in record]
+            extra = [k for k in record if k not in names]
+            if missing or extra:
+                raise InvalidOutputError(
+                    f"{where}: a dict record does not match the output schema ({', '.join(names)}): "
+                    f"{'missing ' + ', '.join(missing) if missing else ''}"
+                    f"{'; unexpected ' + ', '.join(map(str, extra)) if extra else ''}. Record: {_short(record)}"
+                )
+            return tuple(record[n] for n in names)
+        as_dict = getattr(record, "asDict", None)  # pyspark Row
+        if callable(as_dict) and getattr(record, "__fields__", None):
+            return self._as_tuple(as_dict(), names, where)
+        if isinstance(record, (tuple, list)):
+            if len(record) != len(names):
+                raise InvalidOutputError(
+                    f"{where}: a record has {len(record)} fields but the output schema has {len(names)} "
+                    f"({', '.join(names)}). Record: {_short(record)}"
+                )
+            return tuple(record)
+        if len(names) == 1:
+            return (record,)
+        raise InvalidOutputError(
+            f"{where}: a {type(record).__qualname__} record cannot fill the {len(names)} output columns "
+            f"({', '.join(names)}); yield a tuple, a dict or a Row. Record: {_short(record)}"
+        )
+
+    def to_pandas(
+        self,
+        records: list[Any],
+        side_outputs: dict[str, list[tuple[Any, Optional[int]]]],
+        where: str,
+    ) -> pd.DataFrame:
+        names = self.main_names
+        rows = [self._as_tuple(record, names, where) for record in records]
+        if not self.side_schemas:
+            if side_outputs:
+                tags = ", ".join(sorted(side_outputs))
+                raise InvalidOutputError(
+                    f"{where}: the function sent records to side output(s) {tags}, but keyed_process was not given "
+                    f"side_outputs={{tag_id: schema}}; declare them to receive side outputs"
+                )
+            frame = pd.DataFrame.from_records(rows, columns=names) if rows else pd.DataFrame(
+                {n: pd.Series([], dtype=object) for n in names}
+            )
+            return self._checked(frame, where)
+        columns: dict[str, list[Any]] = {n: [row[i] for row in rows] for i, n in enumerate(names)}
+        total = len(rows)
+        tag_column: list[Optional[str]] = [None] * total
+        side_columns = {tag_id: [None] * total for tag_id in self.side_schemas}
+        for tag_id, pairs in side_outputs.items():
+            schema = self.side_schemas.get(tag_id)
+            if schema is None:
+                raise InvalidOutputError(
+                    f"{where}: side output {tag_id!r} is not declared; declared: {', '.join(self.side_schemas)}"
+                )
+            side_names = [f.name for f in schema.fields]
+            for value, _ in pairs:
+                for name in names:
+                    columns[name].append(None)
+                tag_column.append(tag_id)
+                for other, column in side_columns.items():
+                    column.append(dict(zip(side_names, self._as_tuple(value, side_names, where))) if other == tag_id else None)
+        frame = pd.DataFrame(columns)
+        frame[SIDE_OUTPUT_TAG_COLUMN] = tag_column
+        for tag_id, column in side_columns.items():
+            frame[side_output_column(tag_id)] = column
+        return self._checked(frame, where)
+
+    def _checked(self, frame: pd.DataFrame, where: str) -> pd.DataFrame:
+        if frame.empty:
+            return frame
+        for name, arrow_type in self._arrow_types.items():
+            try:
+                pa.array(frame[name], type=arrow_type, from_pandas=True)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError) as error:
+                bad = _first_bad_value(frame[name], arrow_type)
+                raise InvalidOutputError(
+                    f"{where}: output column {name!r} expects {arrow_type} but got {bad!r} "
+                    f"({type(bad).__qualname__}): {error}"
+                ) from error
+        return frame
+
+
+def _first_bad_value(column: pd.Series, arrow_type: pa.DataType) -> Any:
+    for value in column:
+        try:
+            pa.array([value], type=arrow_type, from_pandas=True)
+        except Exception:  # the same conversion failures as above, value by value
+            return value
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."

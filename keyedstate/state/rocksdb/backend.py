@@ -1,0 +1,202 @@
+"""The RocksDB keyed state backend: state larger than memory, incremental snapshots."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any, Iterator, Optional, Sequence
+
+from keyedstate.errors import UnknownStateError
+from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+from keyedstate.serialization import decode_key
+from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
+from keyedstate.state.base.stores import RawColumn
+from keyedstate.state.descriptors import StateDescriptor
+from keyedstate.state.rocksdb.db import RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
+from keyedstate.state.rocksdb.errors import translate
+from keyedstate.state.rocksdb.options import RocksDBOptions
+from keyedstate.state.rocksdb.stores import RocksDBListStore, RocksDBMapStore, RocksDBRawColumn, RocksDBValueStore
+
+__all__ = ["RocksDBKeyedStateBackend"]
+
+logger = logging.getLogger("keyedstate.state.rocksdb")
+
+_METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
+_TTL_PREFIX_BYTES = 8
+_CLEANUP_BATCH = 10_000
+
+
+class RocksDBKeyedStateBackend(KeyedStateBackend):
+    """Keyed state in a local RocksDB database at ``path`` (one column family per state, WAL off).
+
+    ``checkpoint_storage`` (a :class:`keyedstate.checkpoint.CheckpointStorage`) is needed for :meth:`snapshot`
+    and :meth:`restore`; ``scope`` names this partition's directory in it (default ``kg-<start>-<end>``).
+    """
+
+    backend_kind = "rocksdb"
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        key_group_range: Optional[KeyGroupRange] = None,
+        ttl_clock: TtlClock = system_clock_ms,
+        options: Optional[RocksDBOptions] = None,
+        checkpoint_storage: Any = None,
+        scope: Optional[str] = None,
+    ) -> None:
+        super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
+        self.path = os.path.abspath(os.fspath(path))
+        self.options = options or RocksDBOptions()
+        self.checkpoint_storage = checkpoint_storage
+        self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
+        # sha256 of local SST files by (name, size): SSTs are immutable and a live database never reuses a number.
+        self.sst_checksums: dict[tuple[str, int], str] = {}
+        self._database = RocksDatabase(self.path, self.options)
+        self._load_metadata_from_database()
+
+    # ---- stores --------------------------------------------------------------------------------------------------
+
+    def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBValueStore:
+        return RocksDBValueStore(self, self._state_family(descriptor), codec, descriptor.name)
+
+    def _create_list_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBListStore:
+        return RocksDBListStore(self, self._state_family(descriptor), codec, descriptor.name)
+
+    def _create_map_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBMapStore:
+        return RocksDBMapStore(self, self._state_family(descriptor), codec, descriptor.name)
+
+    def _create_raw_column(self, name: str) -> RawColumn:
+        return RocksDBRawColumn(self, RAW_CF_PREFIX + name, name)
+
+    def _state_family(self, descriptor: StateDescriptor) -> str:
+        metadata = json.dumps(StateMetadata.of(descriptor).to_json()).encode()
+        self._database.db.put(_METADATA_PREFIX + descriptor.name.encode(), metadata)
+        return STATE_CF_PREFIX + descriptor.name
+
+    def _load_metadata_from_database(self) -> None:
+        database = self._database.db
+        for key, value in database.items(from_key=_METADATA_PREFIX):
+            if not key.startswith(_METADATA_PREFIX):
+                break
+            metadata = StateMetadata.from_json(json.loads(value))
+            if metadata.name not in self._states:
+                self._restored_metadata[metadata.name] = metadata
+
+    def _write_metadata(self, metadata: Sequence[StateMetadata]) -> None:
+        for item in metadata:
+            self._database.db.put(_METADATA_PREFIX + item.name.encode(), json.dumps(item.to_json()).encode())
+
+    # ---- column families of states that may not be registered ----------------------------------------------------
+
+    def _family_of_state(self, state_name: str) -> Any:
+        family = self._database.column_families.get(STATE_CF_PREFIX + state_name)
+        if family is None:
+            if state_name in self._restored_metadata:
+                return self._database.column_family(STATE_CF_PREFIX + state_name)
+            self.registered_state(state_name)  # raises UnknownStateError naming the registered states
+            raise UnknownStateError(f"state {state_name!r} has no column family in {self.path}")
+        return family
+
+    def stored_state_names(self) -> list[str]:
+        """Names of every state with a column family (registered or restored)."""
+        return [name[len(STATE_CF_PREFIX):] for name in self._database.family_names(STATE_CF_PREFIX)]
+
+    def raw_column_names(self) -> list[str]:
+        return [name[len(RAW_CF_PREFIX):] for name in self._database.family_names(RAW_CF_PREFIX)]
+
+    # ---- iteration -----------------------------------------------------------------------------------------------
+
+    def iter_keys(self, state_name: str) -> Iterator[Any]:
+        family = self._family_of_state(state_name)
+        iterator = family.iter()
+        iterator.seek_to_first()
+        while iterator.valid():
+            stored_key = iterator.key()
+            key, end = decode_key(stored_key, KEY_GROUP_PREFIX_BYTES)
+            yield key
+            iterator.seek(prefix_successor(stored_key[:end]))  # skip the key's other namespaces and entries
+
+    def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
+        return iter(self._family_of_state(state_name).items())
+
+    def iter_raw_column_records(self, name: str) -> Iterator[tuple[bytes, bytes]]:
+        family = self._database.column_families.get(RAW_CF_PREFIX + name)
+        return iter(()) if family is None else iter(family.items())
+
+    def count_stored_records(self, state_name: str) -> int:
+        return sum(1 for _ in self._family_of_state(state_name).keys())
+
+    # ---- TTL cleanup ---------------------------------------------------------------------------------------------
+
+    def cleanup_expired_state(self) -> int:
+        return self._cleanup_expired(only_snapshot_cleanup=False)
+
+    def _cleanup_expired(self, only_snapshot_cleanup: bool) -> int:
+        """Delete entries with ``last_access + ttl <= now`` of TTL states (only those asking for cleanup at
+        snapshot time when ``only_snapshot_cleanup``)."""
+        now = self.ttl_clock()
+        removed = 0
+        for registered in self._states.values():
+            ttl = registered.descriptor.ttl_config
+            if ttl is None or (only_snapshot_cleanup and not (ttl.cleanup_in_background or ttl.cleanup_full_snapshot)):
+                continue
+            removed += self._remove_expired(registered.store, now - ttl.ttl_millis)
+        if removed:
+            logger.debug("TTL cleanup removed %d expired entries from %s", removed, self.path)
+        return removed
+
+    def _remove_expired(self, store: Any, expired_at_or_before: int) -> int:
+        database = self._database
+        handle = store._handle
+        batch = database.new_batch()
+        removed = 0
+        try:
+            for key, data in store._cf.items():
+                if int.from_bytes(data[:_TTL_PREFIX_BYTES], "big", signed=True) <= expired_at_or_before:
+                    batch.delete(key, handle)
+                    removed += 1
+                    if len(batch) >= _CLEANUP_BATCH:
+                        database.write(batch)
+                        batch = database.new_batch()
+        except Exception as error:
+            raise translate(error, "clean up expired state", self.path) from error
+        if len(batch):
+            database.write(batch)
+        return removed
+
+    # ---- snapshots -----------------------------------------------------------------------------------------------
+
+    def snapshot(self, checkpoint_id: int) -> Any:
+        from keyedstate.state.rocksdb.snapshot import snapshot_rocksdb_backend
+
+        return snapshot_rocksdb_backend(self, checkpoint_id)
+
+    def restore(self, manifests: Sequence[Any]) -> None:
+        from keyedstate.state.rocksdb.restore import restore_rocksdb_backend
+
+        restore_rocksdb_backend(self, manifests)
+
+    def _stores(self) -> list[Any]:
+        return [registered.store for registered in self._states.values()] + list(self._raw_columns.values())
+
+    def _close_database(self) -> None:
+        for store in self._stores():
+            store.unbind(self.path)
+        self._database.close()
+
+    def _open_database(self, reuse_existing: bool) -> None:
+        from dataclasses import replace
+
+        self._database = RocksDatabase(self.path, replace(self.options, reuse_existing=reuse_existing))
+        for store in self._stores():
+            store.bind(self._database)
+        self.sst_checksums = {}
+
+    def close(self) -> None:
+        if not self._closed and self._database.is_open:
+            self._close_database()
+        super().close()

@@ -1,0 +1,95 @@
+"""Fixtures for the Kafka connector tests: real KRaft brokers on 127.0.0.1 and a local Spark session.
+
+* ``kafka_broker``: one broker for the whole session (topics are unique per test).
+* ``kafka_cluster3``: a fresh 3-node KRaft cluster (combined broker+controller, replication factor 3) per test, for
+  broker-loss tests.
+* ``spark``: ``local[2]`` with 2 shuffle partitions and :class:`connectors.kafka.KafkaSource` registered.
+
+Broker processes die with the test process (PR_SET_PDEATHSIG) and are killed by finalizers/atexit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LIB = ROOT / ".cache" / "kafka" / "lib"
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def _load_cluster_module():
+    spec = importlib.util.spec_from_file_location("keyedstate_kafka_cluster", ROOT / "scripts" / "kafka" / "cluster.py")
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cluster_mod = _load_cluster_module()
+KafkaCluster = cluster_mod.KafkaCluster
+
+
+@pytest.fixture(scope="session")
+def kafka_lib() -> Path:
+    if not any(LIB.glob("kafka_2.13-*.jar")):
+        subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "fetch"], check=True, timeout=600)
+    return LIB
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(kafka_lib: Path, tmp_path_factory) -> Iterator["KafkaCluster"]:
+    cluster = KafkaCluster(kafka_lib, tmp_path_factory.mktemp("kafka1"), nodes=1)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop(kill=True)
+
+
+@pytest.fixture()
+def kafka_cluster3(kafka_lib: Path, tmp_path_factory) -> Iterator["KafkaCluster"]:
+    cluster = KafkaCluster(kafka_lib, tmp_path_factory.mktemp("kafka3"), nodes=3, heap_mb=384)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop(kill=True)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from pyspark.sql import SparkSession
+
+    from connectors.kafka import KafkaSource
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("keyedstate-kafka-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.stopTimeout", "30000")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KafkaSource)
+    yield session
+    for q in session.streams.active:
+        try:
+            q.stop()
+        except Exception:
+            pass
+    session.stop()

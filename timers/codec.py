@@ -1,0 +1,200 @@
+"""Byte encodings of timers.
+
+Two encodings live here:
+
+**Raw-column records** (what snapshots and the RocksDB column family hold), one record per timer::
+
+    key   = key group (2 bytes, big-endian)
+            + timestamp + 2**63 (8 bytes, big-endian: the sign-flipped long, so byte order == numeric order)
+            + encoded key + encoded namespace
+    value = format version (1 byte, = 1) + length of the encoded key (4 bytes, big-endian)
+
+Byte order of the keys is therefore (key group, timestamp, key, namespace): a forward scan of one key group yields its
+timers in firing order, and rescaling filters records by their key-group prefix like any keyed state.
+
+**Key-group blobs** (what the Spark integration keeps in a key group's state row): all timers of one key group in
+both time domains, compact and versioned::
+
+    version (1 byte, = 1)
+    varint key group
+    varint number of distinct keys,       then per key:       varint length + encoded key
+    varint number of distinct namespaces, then per namespace: varint length + encoded namespace
+    for the event-time domain, then the processing-time domain:
+        varint number of timers, then per timer in ascending order:
+        varint timestamp delta (to the previous timer of the domain; the first is absolute),
+        varint key index, varint namespace index
+
+Keys and namespaces are stored once however many timers they have; sorted timestamps make the deltas small.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterable
+
+from keyedstate.errors import SerializationError
+from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, key_group_prefix
+from timers.timer import InternalTimer
+
+__all__ = [
+    "RECORD_FORMAT_VERSION",
+    "BLOB_FORMAT_VERSION",
+    "encode_record",
+    "encode_record_key",
+    "decode_record",
+    "key_group_start",
+    "key_group_end",
+    "encode_key_group_blob",
+    "decode_key_group_blob",
+]
+
+RECORD_FORMAT_VERSION = 1
+BLOB_FORMAT_VERSION = 1
+
+_SIGN_FLIP = 1 << 63
+_u64 = struct.Struct(">Q")
+_value = struct.Struct(">BI")
+_TIMESTAMP_END = KEY_GROUP_PREFIX_BYTES + 8
+
+
+def encode_record(timer: InternalTimer) -> tuple[bytes, bytes]:
+    """The raw-column (key, value) of ``timer``."""
+    prefix = timer[1]
+    return (
+        prefix[:KEY_GROUP_PREFIX_BYTES] + _u64.pack(timer[0] + _SIGN_FLIP) + prefix[KEY_GROUP_PREFIX_BYTES:] + timer[2],
+        _value.pack(RECORD_FORMAT_VERSION, len(prefix) - KEY_GROUP_PREFIX_BYTES),
+    )
+
+
+def encode_record_key(timer: InternalTimer) -> bytes:
+    """Only the raw-column key of ``timer`` (deletes need no value)."""
+    prefix = timer[1]
+    return prefix[:KEY_GROUP_PREFIX_BYTES] + _u64.pack(timer[0] + _SIGN_FLIP) + prefix[KEY_GROUP_PREFIX_BYTES:] + timer[2]
+
+
+def decode_record(key: bytes, value: bytes, prefixes: dict[bytes, bytes] | None = None) -> InternalTimer:
+    """The timer of a raw-column record. ``prefixes`` (optional) interns key prefixes to share memory."""
+    if len(value) != _value.size or value[0] != RECORD_FORMAT_VERSION:
+        raise SerializationError(
+            f"timer record {key.hex()} has an unknown format (value {value.hex()}); it was written by a newer "
+            f"keyedstate (record format {RECORD_FORMAT_VERSION} is supported) or is corrupt"
+        )
+    key_length = _value.unpack(value)[1]
+    split = _TIMESTAMP_END + key_length
+    prefix = key[:KEY_GROUP_PREFIX_BYTES] + key[_TIMESTAMP_END:split]
+    if prefixes is not None:
+        prefix = prefixes.setdefault(prefix, prefix)
+    return InternalTimer(
+        (_u64.unpack_from(key, KEY_GROUP_PREFIX_BYTES)[0] - _SIGN_FLIP, prefix, key[split:], (key[0] << 8) | key[1])
+    )
+
+
+def key_group_start(key_group: int) -> bytes:
+    """The first raw-column key of ``key_group``."""
+    return key_group_prefix(key_group)
+
+
+def key_group_end(key_group: int) -> bytes:
+    """The first raw-column key after ``key_group`` (key groups are < 2**15, so ``key_group + 1`` fits)."""
+    return key_group_prefix(key_group + 1)
+
+
+# ---- key-group blobs --------------------------------------------------------------------------------------------
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _get_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = 0
+    shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise SerializationError("corrupt timer blob: a varint is longer than 10 bytes")
+
+
+def encode_key_group_blob(
+    key_group: int, event_timers: Iterable[InternalTimer], processing_timers: Iterable[InternalTimer]
+) -> bytes:
+    """All timers of one key group as one blob (see the module docstring). Timers need not be sorted."""
+    domains = [sorted(event_timers), sorted(processing_timers)]
+    key_index: dict[bytes, int] = {}
+    namespace_index: dict[bytes, int] = {}
+    for timers in domains:
+        for timer in timers:
+            if timer[3] != key_group:
+                raise SerializationError(f"timer {timer!r} does not belong to key group {key_group}")
+            key_index.setdefault(timer[1], len(key_index))
+            namespace_index.setdefault(timer[2], len(namespace_index))
+    out = bytearray((BLOB_FORMAT_VERSION,))
+    _put_varint(out, key_group)
+    for table in (key_index, namespace_index):
+        _put_varint(out, len(table))
+        for item in table:  # dicts keep insertion order == index order
+            raw = item[KEY_GROUP_PREFIX_BYTES:] if table is key_index else item
+            _put_varint(out, len(raw))
+            out += raw
+    for timers in domains:
+        _put_varint(out, len(timers))
+        previous = 0
+        for timer in timers:
+            _put_varint(out, timer[0] - previous)
+            previous = timer[0]
+            _put_varint(out, key_index[timer[1]])
+            _put_varint(out, namespace_index[timer[2]])
+    return bytes(out)
+
+
+def decode_key_group_blob(data: bytes) -> tuple[int, list[InternalTimer], list[InternalTimer]]:
+    """``(key_group, event-time timers, processing-time timers)`` of a blob, each list ascending."""
+    if not data:
+        raise SerializationError("empty timer blob")
+    if data[0] != BLOB_FORMAT_VERSION:
+        raise SerializationError(
+            f"timer blob has format version {data[0]}, this keyedstate reads version {BLOB_FORMAT_VERSION}; it was "
+            f"written by a newer keyedstate or is corrupt"
+        )
+    try:
+        key_group, pos = _get_varint(data, 1)
+        group_prefix = key_group_prefix(key_group)
+        tables: list[list[bytes]] = []
+        for is_key in (True, False):
+            count, pos = _get_varint(data, pos)
+            table = []
+            for _ in range(count):
+                length, pos = _get_varint(data, pos)
+                raw = data[pos : pos + length]
+                if len(raw) != length:
+                    raise IndexError
+                pos += length
+                table.append(group_prefix + raw if is_key else raw)
+            tables.append(table)
+        keys, namespaces = tables
+        domains: list[list[InternalTimer]] = []
+        for _ in range(2):
+            count, pos = _get_varint(data, pos)
+            timers: list[InternalTimer] = []
+            timestamp = 0
+            for _ in range(count):
+                delta, pos = _get_varint(data, pos)
+                key_i, pos = _get_varint(data, pos)
+                namespace_i, pos = _get_varint(data, pos)
+                timestamp += delta
+                timers.append(InternalTimer((timestamp, keys[key_i], namespaces[namespace_i], key_group)))
+            domains.append(timers)
+    except (IndexError, struct.error) as error:
+        raise SerializationError(f"corrupt or truncated timer blob ({len(data)} bytes)") from error
+    if pos != len(data):
+        raise SerializationError(f"corrupt timer blob: {len(data) - pos} unexpected trailing bytes")
+    return key_group, domains[0], domains[1]
+

@@ -1,0 +1,168 @@
+"""The RocksDB timer queue of one key group: timers live in a raw column, only the earliest ones in memory.
+
+This is Flink's ``RocksDBCachingPriorityQueueSet``. Every register and delete is written through to the raw column
+(a RocksDB column family on the RocksDB backend), whose keys sort by (key group, timestamp, key, namespace) (see
+:mod:`timers.codec`). In memory the queue keeps a sorted cache of at most ``cache_capacity`` timers with this
+invariant:
+
+    the cache holds exactly the ``len(cache)`` smallest timers of the key group, and ``complete`` says whether
+    that is all of them.
+
+* add: a timer smaller than the largest cached one (or any timer while ``complete``) enters the cache, evicting the
+  largest cached timer when full (which stays in the column); a larger one is only written to the column.
+* remove / pop: delete from the column and the cache. An empty, incomplete cache is refilled by one forward scan of
+  the key group's range of the column, so the column is read in batches of ``cache_capacity`` timers.
+
+So memory is O(key groups x cache_capacity) however many timers there are: restoring a million timers reads only
+the heads. The number of timers is known exactly while it was counted once (one scan of the key group, done lazily
+on the first :meth:`__len__`) and kept up to date afterwards with a point lookup per uncached register / delete.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from itertools import islice
+from typing import Iterator, Optional
+
+from keyedstate.state.base.stores import RawColumn
+from timers.codec import decode_record, encode_record, encode_record_key, key_group_end, key_group_start
+from timers.timer import InternalTimer
+
+__all__ = ["ColumnTimerQueue", "DEFAULT_CACHE_CAPACITY"]
+
+DEFAULT_CACHE_CAPACITY = 128
+"""Timers cached per key group and domain (Flink's default for the RocksDB timer cache is 128 as well)."""
+
+
+class ColumnTimerQueue:
+    """The timers of one key group in one time domain, written through to ``column``."""
+
+    __slots__ = ("column", "key_group", "capacity", "cache", "complete", "count", "_start", "_end", "_prefixes")
+
+    def __init__(self, column: RawColumn, key_group: int, cache_capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
+        self.column = column
+        self.key_group = key_group
+        self.capacity = max(1, cache_capacity)
+        self.cache: list[InternalTimer] = []
+        self.complete = False  # unknown until the first refill
+        self.count: Optional[int] = None  # None: not counted yet
+        self._start = key_group_start(key_group)
+        self._end = key_group_end(key_group)
+        self._prefixes: dict[bytes, bytes] = {}
+
+    # ---- reading the column ------------------------------------------------------------------------------------
+
+    def _refill(self) -> None:
+        """Load the smallest ``capacity`` timers of the key group (the cache is empty and incomplete)."""
+        prefixes = self._prefixes
+        if len(prefixes) > 4 * self.capacity:
+            prefixes.clear()
+        records = islice(self.column.items(self._start, self._end), self.capacity)
+        self.cache = [decode_record(key, value, prefixes) for key, value in records]
+        self.complete = len(self.cache) < self.capacity
+
+    def _in_cache(self, timer: InternalTimer) -> bool:
+        cache = self.cache
+        i = bisect_left(cache, timer)
+        return i < len(cache) and cache[i] == timer
+
+    # ---- queue operations --------------------------------------------------------------------------------------
+
+    def add(self, timer: InternalTimer) -> bool:
+        """Register ``timer`` (write-through); return True when it became the head. A duplicate is a no-op."""
+        cache = self.cache
+        if not cache and not self.complete:
+            self._refill()
+            cache = self.cache
+        if self.complete or (cache and timer < cache[-1]):
+            i = bisect_left(cache, timer)
+            if i < len(cache) and cache[i] == timer:
+                return False
+            key, value = encode_record(timer)
+            self.column.put(key, value)
+            cache.insert(i, timer)
+            if len(cache) > self.capacity:
+                cache.pop()
+                self.complete = False
+            if self.count is not None:
+                self.count += 1
+            return i == 0
+        # Beyond the cached range: only the column knows whether it is new.
+        key, value = encode_record(timer)
+        if self.count is not None and self.column.get(key) is None:
+            self.count += 1
+        self.column.put(key, value)
+        return False
+
+    def remove(self, timer: InternalTimer) -> bool:
+        """Delete ``timer``; return whether it was registered (an unknown timer is a silent no-op)."""
+        cache = self.cache
+        i = bisect_left(cache, timer)
+        if i < len(cache) and cache[i] == timer:
+            del cache[i]
+            self.column.delete(encode_record_key(timer))
+            if self.count is not None:
+                self.count -= 1
+            return True
+        if self.complete or (cache and timer < cache[-1]):
+            return False  # the cache covers this range exactly
+        key = encode_record_key(timer)
+        if self.column.get(key) is None:
+            return False
+        self.column.delete(key)
+        if self.count is not None:
+            self.count -= 1
+        return True
+
+    def peek(self) -> Optional[InternalTimer]:
+        """The earliest timer of the key group, or None."""
+        cache = self.cache
+        if cache:
+            return cache[0]
+        if self.complete:
+            return None
+        self._refill()
+        return self.cache[0] if self.cache else None
+
+    def pop(self) -> Optional[InternalTimer]:
+        """Remove and return the earliest timer, or None."""
+        timer = self.peek()
+        if timer is None:
+            return None
+        del self.cache[0]
+        self.column.delete(encode_record_key(timer))
+        if self.count is not None:
+            self.count -= 1
+        return timer
+
+    def clear(self) -> None:
+        self.column.delete_range(self._start, self._end)
+        self.cache = []
+        self.complete = True
+        self.count = 0
+
+    def __len__(self) -> int:
+        if self.count is None:
+            if self.complete:
+                self.count = len(self.cache)
+            else:
+                self.count = sum(1 for _ in self.column.items(self._start, self._end))
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.peek() is not None
+
+    def __contains__(self, timer: object) -> bool:
+        if not isinstance(timer, InternalTimer):
+            return False
+        if self._in_cache(timer):
+            return True
+        if self.complete or (self.cache and timer < self.cache[-1]):
+            return False
+        return self.column.get(encode_record_key(timer)) is not None
+
+    def __iter__(self) -> Iterator[InternalTimer]:
+        """Every timer of the key group in ascending order, streamed from the column."""
+        prefixes: dict[bytes, bytes] = {}
+        for key, value in self.column.items(self._start, self._end):
+            yield decode_record(key, value, prefixes)

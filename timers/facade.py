@@ -1,0 +1,48 @@
+"""The user-facing timer service of ``ctx.timer_service()``, with PyFlink's method names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keyedstate.state.base.layout import VOID_NAMESPACE
+from timers.service import InternalTimerService
+
+__all__ = ["TimerService"]
+
+
+class TimerService:
+    """Timers of the current key (PyFlink's ``TimerService``), all in the void namespace.
+
+    Times are int epoch milliseconds (aware datetimes are converted, see :mod:`timers.time`). A registered timer
+    fires once, through ``on_timer``, when the watermark (event time) or processing time reaches its timestamp;
+    registering the same timestamp twice for a key fires once, and deleting a timer that does not exist does nothing.
+    """
+
+    __slots__ = ("_service",)
+
+    def __init__(self, service: InternalTimerService) -> None:
+        self._service = service
+
+    def current_processing_time(self) -> int:
+        """The current processing time (on Spark: the micro-batch timestamp)."""
+        return self._service.current_processing_time()
+
+    def current_watermark(self) -> int:
+        """The current event-time watermark (inside an event-time ``on_timer``: the watermark that fired it)."""
+        return self._service.current_watermark()
+
+    def register_processing_time_timer(self, timestamp: Any) -> None:
+        """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
+        self._service.register_processing_time_timer(VOID_NAMESPACE, timestamp)
+
+    def register_event_time_timer(self, timestamp: Any) -> None:
+        """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
+        self._service.register_event_time_timer(VOID_NAMESPACE, timestamp)
+
+    def delete_processing_time_timer(self, timestamp: Any) -> None:
+        """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
+        self._service.delete_processing_time_timer(VOID_NAMESPACE, timestamp)
+
+    def delete_event_time_timer(self, timestamp: Any) -> None:
+        """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
+        self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)

@@ -1,0 +1,147 @@
+"""A timer queue partitioned by key group (Flink's ``KeyGroupPartitionedPriorityQueue``).
+
+One queue per key group (a :class:`~timers.queue.HeapTimerQueue` or a :class:`~timers.column_queue.ColumnTimerQueue`)
+answers per-key-group questions cheaply (earliest timer, all timers, replace all timers), which snapshots by key
+group and the Spark integration (one key group per Spark group) need. The global minimum comes from a second heap,
+``heads``, of key-group heads, maintained lazily:
+
+    invariant: for every non-empty key group, ``heads`` holds an entry of that key group that is <= its head.
+
+Adding a timer that becomes its key group's head pushes it onto ``heads``; deleting a head does nothing to ``heads``
+(the old entry is still <= the new head). :meth:`peek` checks the top entry against the current head of its key
+group and, when it is stale, replaces it by that head (or drops it when the key group is empty); since the top
+entry is <= every head, the first entry that *is* a head is the global minimum. Popping replaces the top by the key
+group's next head in one ``heapreplace``. ``heads`` is rebuilt when stale entries pile up.
+
+Costs: add O(log n) (+ O(log k) when the head changes), pop O(log n + log k), peek amortised O(1), where k is the
+number of key groups.
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush, heapreplace
+from typing import Any, Callable, Iterable, Iterator, Optional
+
+from timers.timer import InternalTimer
+
+__all__ = ["KeyGroupPartitionedTimerQueue"]
+
+_HEADS_SLACK = 64
+
+
+class KeyGroupPartitionedTimerQueue:
+    """The timers of one time domain over all owned key groups.
+
+    ``factory(key_group)`` creates the queue of a key group on first use; queues must provide ``add`` (returning
+    whether the timer became the head), ``remove``, ``peek``, ``pop``, ``clear``, ``__len__`` and ascending
+    ``__iter__``.
+    """
+
+    __slots__ = ("_factory", "queues", "_heads")
+
+    def __init__(self, factory: Callable[[int], Any]) -> None:
+        self._factory = factory
+        self.queues: dict[int, Any] = {}
+        self._heads: list[InternalTimer] = []
+
+    def queue(self, key_group: int) -> Any:
+        """The queue of ``key_group``, created when missing."""
+        queue = self.queues.get(key_group)
+        if queue is None:
+            queue = self.queues[key_group] = self._factory(key_group)
+            head = queue.peek()  # a column queue may already hold restored timers
+            if head is not None:
+                heappush(self._heads, head)
+        return queue
+
+    # ---- single timers -----------------------------------------------------------------------------------------
+
+    def add(self, timer: InternalTimer) -> None:
+        """Register ``timer`` (a no-op when it is registered already)."""
+        queue = self.queues.get(timer[3])
+        if queue is None:
+            queue = self.queue(timer[3])
+        if queue.add(timer):
+            heads = self._heads
+            heappush(heads, timer)
+            if len(heads) > 2 * len(self.queues) + _HEADS_SLACK:
+                self._rebuild_heads()
+
+    def remove(self, timer: InternalTimer) -> bool:
+        """Delete ``timer``; return whether it was registered (unknown timers are ignored)."""
+        queue = self.queues.get(timer[3])
+        if queue is None:
+            return False
+        return queue.remove(timer)
+
+    def peek(self) -> Optional[InternalTimer]:
+        """The earliest timer over all key groups, or None."""
+        heads = self._heads
+        queues = self.queues
+        while heads:
+            entry = heads[0]
+            head = queues[entry[3]].peek()
+            if head is entry or head == entry:
+                return entry
+            if head is None:
+                heappop(heads)
+            else:
+                heapreplace(heads, head)
+        return None
+
+    def pop_due(self, limit: int) -> Optional[InternalTimer]:
+        """Remove and return the earliest timer if its timestamp is <= ``limit``; else None."""
+        timer = self.peek()
+        if timer is None or timer[0] > limit:
+            return None
+        queue = self.queues[timer[3]]
+        queue.pop()
+        head = queue.peek()
+        if head is None:
+            heappop(self._heads)
+        else:
+            heapreplace(self._heads, head)
+        return timer
+
+    def _rebuild_heads(self) -> None:
+        heads = [head for head in (q.peek() for q in self.queues.values()) if head is not None]
+        heapify(heads)
+        self._heads = heads
+
+    # ---- key groups --------------------------------------------------------------------------------------------
+
+    def earliest(self, key_group: int) -> Optional[InternalTimer]:
+        """The earliest timer of ``key_group``, or None."""
+        queue = self.queues.get(key_group)
+        return None if queue is None else queue.peek()
+
+    def timers_of(self, key_group: int) -> Iterator[InternalTimer]:
+        """Every timer of ``key_group``, ascending."""
+        queue = self.queues.get(key_group)
+        return iter(()) if queue is None else iter(queue)
+
+    def replace_key_group(self, key_group: int, timers: Iterable[InternalTimer]) -> None:
+        """Make ``timers`` exactly the timers of ``key_group``."""
+        queue = self.queue(key_group)
+        queue.clear()
+        for timer in timers:
+            queue.add(timer)
+        head = queue.peek()
+        if head is not None:
+            heappush(self._heads, head)
+
+    def key_groups(self) -> list[int]:
+        """Key groups that have at least one timer, ascending."""
+        return sorted(kg for kg, queue in self.queues.items() if queue.peek() is not None)
+
+    def count(self, key_group: Optional[int] = None) -> int:
+        """Number of timers (of one key group, or all)."""
+        if key_group is not None:
+            queue = self.queues.get(key_group)
+            return 0 if queue is None else len(queue)
+        return sum(len(queue) for queue in self.queues.values())
+
+    def __iter__(self) -> Iterator[InternalTimer]:
+        """Every timer, ascending by key group, then timestamp."""
+        for key_group in sorted(self.queues):
+            yield from self.queues[key_group]

@@ -1,0 +1,245 @@
+"""The internal timer service: event-time and processing-time timers per key (Flink's ``InternalTimerServiceImpl``).
+
+When timers fire, and in which order
+------------------------------------
+* Event-time timers fire in :meth:`InternalTimerService.advance_watermark` when ``timestamp <= watermark``;
+  processing-time timers fire in :meth:`InternalTimerService.advance_processing_time` when
+  ``timestamp <= processing time``. Nothing fires at any other moment: registration never fires a timer.
+* Within one advance, timers fire one at a time in ascending timestamp order over all key groups (ties are broken
+  by key group, key and namespace bytes, which is deterministic but not part of the contract).
+* Before each callback the backend's current key is set to the timer's key and :attr:`current_namespace` to its
+  namespace, and ``current_watermark()`` / ``current_processing_time()`` already return the time being advanced to.
+* A timer registered from a callback with a timestamp <= that time fires in the same advance, after the callback
+  returns. A timer registered from ``process_element`` with a timestamp <= the current watermark is accepted (late
+  registrations are never rejected) and fires at the next advance, which may be to the same watermark.
+* The watermark never goes back: advancing to a smaller watermark keeps the current one (and still fires timers that
+  are due at it). :meth:`end_of_input` advances it to ``2**63 - 1`` so every event-time timer fires; pending
+  processing-time timers do not fire at end of input.
+* A timer is (key, namespace, timestamp): registering it again is a no-op, deleting an unregistered timer is a
+  silent no-op.
+
+Persistence: see :mod:`timers.storage`. The service registers a pre-snapshot hook on the backend; after
+``backend.restore(...)`` create a *new* service: it reads its timers from the restored raw columns. The watermark and
+processing time are not part of a snapshot (as in Flink, they start at ``Long.MIN_VALUE`` after a restore), so
+overdue processing-time timers fire at the first :meth:`advance_processing_time` after the restore.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional, Union
+
+from keyedstate.api.time_domain import TimeDomain
+from keyedstate.errors import ConfigurationError, KeyGroupNotOwnedError, SerializationError
+from timers.codec import decode_key_group_blob, encode_key_group_blob
+from timers.column_queue import DEFAULT_CACHE_CAPACITY
+from timers.storage import DomainTimers, TimerStorage, resolve_storage
+from timers.time import MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
+from timers.timer import InternalTimer, Triggerable
+
+__all__ = ["InternalTimerService", "DEFAULT_SERVICE_NAME"]
+
+DEFAULT_SERVICE_NAME = "user-timers"
+"""Flink's name of the timer service of a ``KeyedProcessOperator``."""
+
+
+class InternalTimerService:
+    """Event-time and processing-time timers of the keys of ``backend``, persisted with its snapshots.
+
+    ``triggerable`` receives the firing timers (see :class:`~timers.timer.Triggerable`). ``name`` tells several
+    services of one backend apart (each gets the raw columns ``_timer_state/event_<name>`` and
+    ``_timer_state/processing_<name>``). ``storage``: ``"heap"`` or ``"rocksdb"``, by default RocksDB on the
+    RocksDB backend and heap otherwise. Not thread-safe; like the backend it belongs to one operator.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        triggerable: Optional[Triggerable] = None,
+        *,
+        name: str = DEFAULT_SERVICE_NAME,
+        storage: Union[TimerStorage, str, None] = None,
+        cache_capacity: int = DEFAULT_CACHE_CAPACITY,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"a timer service needs a non-empty str name, got {name!r}")
+        self.backend = backend
+        self.name = name
+        self.storage = resolve_storage(storage, backend)
+        self.triggerable = triggerable
+        self._event = DomainTimers(backend, f"_timer_state/event_{name}", self.storage, cache_capacity)
+        self._processing = DomainTimers(backend, f"_timer_state/processing_{name}", self.storage, cache_capacity)
+        self._watermark = MIN_WATERMARK
+        self._processing_time = MIN_WATERMARK
+        self.current_namespace: Optional[bytes] = None
+        """The namespace of the firing timer while a callback runs."""
+        if self.storage is TimerStorage.HEAP:
+            backend.add_pre_snapshot_hook(self.flush)
+
+    def set_triggerable(self, triggerable: Triggerable) -> None:
+        self.triggerable = triggerable
+
+    # ---- registration (for the current key) --------------------------------------------------------------------
+
+    def _timer(self, namespace: bytes, timestamp: Any) -> InternalTimer:
+        timestamp = to_epoch_millis(timestamp)
+        prefix = self.backend.current_key_prefix  # raises NoKeyContextError without a current key
+        if type(namespace) is not bytes:
+            raise ConfigurationError(
+                f"timer namespaces are encoded bytes (keyedstate.serialization.encode_key(...), or VOID_NAMESPACE), "
+                f"got {type(namespace).__qualname__}"
+            )
+        return InternalTimer((timestamp, prefix, namespace, (prefix[0] << 8) | prefix[1]))
+
+    def register_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
+        """Fire ``on_event_time`` for the current key once the watermark reaches ``timestamp`` (epoch ms)."""
+        self._event.queue.add(self._timer(namespace, timestamp))
+
+    def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
+        """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
+        self._event.queue.remove(self._timer(namespace, timestamp))
+
+    def register_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
+        """Fire ``on_processing_time`` for the current key once processing time reaches ``timestamp`` (epoch ms)."""
+        self._processing.queue.add(self._timer(namespace, timestamp))
+
+    def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
+        """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
+        self._processing.queue.remove(self._timer(namespace, timestamp))
+
+    # ---- time ----------------------------------------------------------------------------------------------------
+
+    def current_watermark(self) -> int:
+        """The watermark: ``-2**63`` until the first advance; inside event-time callbacks already the new one."""
+        return self._watermark
+
+    def current_processing_time(self) -> int:
+        """The processing time last advanced to (``-2**63`` before the first advance)."""
+        return self._processing_time
+
+    def advance_watermark(self, watermark: Any) -> int:
+        """Move the watermark to ``watermark`` (never back) and fire every event-time timer ``<=`` it, ascending.
+
+        Timers registered by the callbacks at or before the watermark fire in this same call. Returns the number of
+        timers fired.
+        """
+        watermark = to_time_bound(watermark, "watermark")
+        if watermark > self._watermark:
+            self._watermark = watermark
+        return self._fire(self._event, self._watermark, True)
+
+    def advance_processing_time(self, now: Any) -> int:
+        """Move processing time to ``now`` (never back) and fire every processing-time timer ``<=`` it, ascending.
+
+        Overdue timers (registered in the past, or restored from a snapshot) fire at the first call. Returns the
+        number of timers fired.
+        """
+        now = to_time_bound(now, "processing time")
+        if now > self._processing_time:
+            self._processing_time = now
+        return self._fire(self._processing, self._processing_time, False)
+
+    def end_of_input(self) -> int:
+        """End of a bounded input: the watermark jumps to ``2**63 - 1`` and every event-time timer fires.
+
+        Processing-time timers are left pending (as in Flink).
+        """
+        return self.advance_watermark(MAX_WATERMARK)
+
+    def _fire(self, domain: DomainTimers, limit: int, event_time: bool) -> int:
+        triggerable = self.triggerable
+        if triggerable is None:
+            if domain.queue.peek() is None or domain.queue.peek()[0] > limit:  # type: ignore[index]
+                return 0
+            raise ConfigurationError("timers are due but the timer service has no triggerable; call set_triggerable")
+        callback = triggerable.on_event_time if event_time else triggerable.on_processing_time
+        pop_due = domain.queue.pop_due
+        set_key = self.backend.set_current_key_from_prefix
+        fired = 0
+        while True:
+            timer = pop_due(limit)
+            if timer is None:
+                return fired
+            set_key(timer[1])
+            self.current_namespace = timer[2]
+            callback(timer)
+            fired += 1
+
+    # ---- inspection --------------------------------------------------------------------------------------------
+
+    def _domain(self, domain: TimeDomain) -> DomainTimers:
+        if domain is TimeDomain.EVENT_TIME:
+            return self._event
+        if domain is TimeDomain.PROCESSING_TIME:
+            return self._processing
+        raise ConfigurationError(f"unknown time domain {domain!r}; use TimeDomain.EVENT_TIME or PROCESSING_TIME")
+
+    def num_event_time_timers(self, key_group: Optional[int] = None) -> int:
+        """Registered event-time timers (of one key group, or all)."""
+        return self._event.queue.count(key_group)
+
+    def num_processing_time_timers(self, key_group: Optional[int] = None) -> int:
+        """Registered processing-time timers (of one key group, or all)."""
+        return self._processing.queue.count(key_group)
+
+    def earliest_timer(self, domain: TimeDomain, key_group: Optional[int] = None) -> Optional[InternalTimer]:
+        """The next timer to fire in ``domain`` (of one key group, or over all), or None."""
+        queue = self._domain(domain).queue
+        return queue.peek() if key_group is None else queue.earliest(key_group)
+
+    def timers(self, domain: TimeDomain, key_group: Optional[int] = None) -> Iterator[InternalTimer]:
+        """Every timer of ``domain`` (of one key group ascending, or all: by key group, then ascending)."""
+        queue = self._domain(domain).queue
+        return iter(queue) if key_group is None else queue.timers_of(key_group)
+
+    def key_groups_with_timers(self) -> list[int]:
+        """Key groups with at least one timer in either domain, ascending."""
+        return sorted(set(self._event.queue.key_groups()) | set(self._processing.queue.key_groups()))
+
+    # ---- key groups as bytes (the Spark state row) -------------------------------------------------------------
+
+    def export_key_group(self, key_group: int) -> bytes:
+        """All timers of ``key_group`` (both domains) as one compact, versioned blob (see :mod:`timers.codec`)."""
+        self._check_owned(key_group)
+        return encode_key_group_blob(
+            key_group, self._event.queue.timers_of(key_group), self._processing.queue.timers_of(key_group)
+        )
+
+    def import_key_group(self, blob: bytes, key_group: Optional[int] = None) -> int:
+        """Replace all timers of the blob's key group by the blob's timers; return the key group.
+
+        When ``key_group`` is given, a blob of another key group is rejected.
+        """
+        blob_group, event_timers, processing_timers = decode_key_group_blob(blob)
+        if key_group is not None and blob_group != key_group:
+            raise SerializationError(f"timer blob belongs to key group {blob_group}, not {key_group}")
+        self._check_owned(blob_group)
+        self._event.queue.replace_key_group(blob_group, event_timers)
+        self._processing.queue.replace_key_group(blob_group, processing_timers)
+        return blob_group
+
+    def clear_key_group(self, key_group: int) -> None:
+        """Remove every timer of ``key_group`` in both domains."""
+        self._check_owned(key_group)
+        self._event.queue.replace_key_group(key_group, ())
+        self._processing.queue.replace_key_group(key_group, ())
+
+    def _check_owned(self, key_group: int) -> None:
+        if key_group not in self.backend.key_group_range:
+            raise KeyGroupNotOwnedError(
+                f"key group {key_group} is not owned by this backend (key groups {self.backend.key_group_range.start}"
+                f"..{self.backend.key_group_range.end})"
+            )
+
+    # ---- persistence ---------------------------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write in-memory (heap) timers into the backend's raw columns; runs as the backend's pre-snapshot hook."""
+        self._event.flush()
+        self._processing.flush()
+
+    def __repr__(self) -> str:
+        return (
+            f"InternalTimerService(name={self.name!r}, storage={self.storage.value}, "
+            f"event_time_timers={self.num_event_time_timers()}, "
+            f"processing_time_timers={self.num_processing_time_timers()}, watermark={self._watermark})"
+        )
