@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(abspath $(VENV))/bin/python
 export PYSPARK_PYTHON := $(PY)
 export PYSPARK_DRIVER_PYTHON := $(PY)
+# Spark's Python workers import the examples from the repo root.
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 PYTEST_ARGS ?=
 
 .PHONY: venv test demo bench kafka-jars broker clean

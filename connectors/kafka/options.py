@@ -87,6 +87,9 @@ class KafkaOptions:
                 "queued.min.messages": "100000",
             })
         conf.update(self.kafka)
+        # librdkafka's own log lines go to Python logging instead of stderr.
+        conf["logger"] = logging.getLogger(f"keyedstate.connectors.kafka.librdkafka.{role}")  # type: ignore[assignment]
+        conf.setdefault("log.connection.close", "false")
         if role == "admin":
             for k in ("enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "auto.offset.reset",
                       "fetch.wait.max.ms", "queued.min.messages", "isolation.level", "fetch.min.bytes",

@@ -142,10 +142,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = dict(current)
         if isinstance(limit, ReadMaxRows):
             total = sum(sizes.values())
-            if total > limit.maxRows:
+            if total > limit.max_rows:
                 for tp, size in sizes.items():
                     lo = begin.get(tp, earliest_new.get(tp, 0))
-                    share = limit.maxRows * size / total
+                    share = limit.max_rows * size / total
                     end[tp] = lo + (int(share) if share >= 1 else (1 if size else 0))
         return to_offset_json(end)
 

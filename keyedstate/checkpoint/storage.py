@@ -258,10 +258,19 @@ class CheckpointStorage:
             for path in self.list_files(directory):
                 self._delete(path, deleted)
             self._io(lambda: self.filesystem.delete_dir(self._full(directory)), f"delete {directory}")
+            self._delete_if_empty(f"chk-{int(checkpoint_id)}")
         if deleted:
             logger.info("checkpoint retention for scope %s dropped checkpoints %s (%d files)", scope, dropped_ids,
                         len(deleted))
         return deleted
+
+    def _delete_if_empty(self, relative_dir: str) -> None:
+        # Only dropped (old) checkpoint ids get here; no writer adds files to them any more.
+        if not self._list(self._full(relative_dir)):
+            try:
+                self.filesystem.delete_dir(self._full(relative_dir))
+            except OSError:
+                pass
 
     def _delete(self, relative: str, deleted: list[str]) -> None:
         try:

@@ -72,3 +72,119 @@ def wait_for(predicate: Callable[[], bool], timeout: float, message: str, interv
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for: {message}")
+
+
+# -- Spark side ------------------------------------------------------------------------------------------------
+
+
+class BatchFileSink:
+    """foreachBatch sink writing one JSON file per batch id (atomic rename): idempotent when a batch is replayed."""
+
+    def __init__(self, directory) -> None:
+        import os
+
+        self.directory = str(directory)
+        os.makedirs(self.directory, exist_ok=True)
+
+    def __call__(self, df, batch_id: int) -> None:
+        import json
+        import os
+
+        rows = df.select("value", "partition", "offset").collect()
+        data = [[r["value"].decode(), r["partition"], r["offset"]] for r in rows]
+        tmp = os.path.join(self.directory, f".batch-{batch_id}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, os.path.join(self.directory, f"batch-{batch_id}.json"))
+
+
+def read_sink(directory) -> list[tuple[str, int, int]]:
+    """All (value, partition, offset) rows written by :class:`BatchFileSink`."""
+    import json
+    import os
+
+    out: list[tuple[str, int, int]] = []
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("batch-"):
+            with open(os.path.join(directory, name)) as f:
+                out.extend(tuple(r) for r in json.load(f))
+    return out
+
+
+def spark_log_batches(checkpoint: str, log: str) -> list[int]:
+    import os
+
+    d = os.path.join(checkpoint, log)
+    if not os.path.isdir(d):
+        return []
+    return sorted(int(n) for n in os.listdir(d) if n.isdigit())
+
+
+def spark_batch_end(checkpoint: str, batch_id: int, topic: str) -> dict[int, int]:
+    """End offsets of ``topic`` in batch ``batch_id`` straight from Spark's ``offsets/`` log (single source)."""
+    import json
+    import os
+
+    with open(os.path.join(checkpoint, "offsets", str(batch_id))) as f:
+        lines = f.read().splitlines()
+    obj = json.loads(lines[2])
+    return {int(p): int(o) for p, o in obj.get(topic, {}).items()}
+
+
+def last_committed_end(checkpoint: str, topic: str) -> tuple[Optional[int], dict[int, int]]:
+    """(newest batch id in ``commits/``, its end offsets) — what Spark has committed."""
+    ids = spark_log_batches(checkpoint, "commits")
+    if not ids:
+        return None, {}
+    return ids[-1], spark_batch_end(checkpoint, ids[-1], topic)
+
+
+def assert_not_ahead(committed: dict[int, int], spark_end: dict[int, int]) -> None:
+    for p, off in committed.items():
+        assert off <= spark_end.get(p, 0), (
+            f"partition {p}: group committed {off} but Spark's commit log only covers up to {spark_end.get(p, 0)}")
+
+
+class CommitMonitor:
+    """Background thread: polls the group's committed offsets, then Spark's commit log, and records any moment the
+    group is ahead of Spark (group read first, so a batch committed in between cannot cause a false alarm)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, partitions: int, checkpoint: str) -> None:
+        import threading
+
+        self.args = (bootstrap, group, topic, partitions)
+        self.checkpoint = checkpoint
+        self.topic = topic
+        self.violations: list[str] = []
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "CommitMonitor":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        bootstrap, group, topic, partitions = self.args
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
+        while not self._stop.is_set():
+            try:
+                res = admin.list_consumer_group_offsets(req, request_timeout=5)[group].result(timeout=10)
+            except Exception:  # broker briefly unavailable: no sample
+                self._stop.wait(0.2)
+                continue
+            committed = {tp.partition: tp.offset for tp in res.topic_partitions if tp.offset >= 0}
+            _, end = last_committed_end(self.checkpoint, topic)
+            self.samples += 1
+            for p, off in committed.items():
+                if off > end.get(p, 0):
+                    self.violations.append(f"p{p}: committed {off} > spark {end.get(p, 0)}")
+            self._stop.wait(0.05)

@@ -1,0 +1,26 @@
+"""Run KeyedProcessFunctions on PySpark Structured Streaming (``applyInPandasWithState`` over key groups)."""
+
+from keyedstate.spark.api import (
+    EVENT_TIME_MS_COLUMN,
+    KEY_GROUP_COLUMN,
+    add_key_group_column,
+    apply_in_pandas_with_state_args,
+    keyed_process,
+    main_output,
+    side_output,
+)
+from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
+from keyedstate.spark.state_reader import read_keyed_state
+
+__all__ = [
+    "EVENT_TIME_MS_COLUMN",
+    "KEY_GROUP_COLUMN",
+    "add_key_group_column",
+    "apply_in_pandas_with_state_args",
+    "keyed_process",
+    "main_output",
+    "side_output",
+    "apply_recommended_conf",
+    "recommended_spark_conf",
+    "read_keyed_state",
+]

@@ -1,0 +1,237 @@
+"""The function applyInPandasWithState calls for each key group (runs in Spark's Python workers).
+
+One call = one key group in one micro-batch: decode the group's state row -> fire due timers (event time, then
+processing time) -> process the batch's elements key by key, each key's elements in event-time order -> fire
+processing-time timers that became due -> write the row back and mirror the earliest timer into Spark's single
+timeout (or remove the row when the group holds nothing). The row is the commit record: Spark's state store
+snapshots it per micro-batch, so a failed or repeated task starts again from the previous batch's row.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Iterator, Optional
+
+import pandas as pd
+from pyspark.sql import Row
+
+from keyedstate.api.time_domain import MIN_WATERMARK, TimeDomain
+from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
+from keyedstate.operator.keyed_process import KeyedProcessOperator
+from keyedstate.serialization import encode_key
+from keyedstate.spark.compat import current_batch_id, task_partition_id, watermark_or_none
+from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.row_format import (
+    STATE_ROW_FORMAT_FULL,
+    StateRow,
+    decode_state_payload,
+    encode_state_payload,
+)
+from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.heap import HeapKeyedStateBackend
+
+__all__ = ["GroupFunctionSpec", "make_group_function"]
+
+logger = logging.getLogger("keyedstate.spark.group")
+
+EVENT_TIME = "event_time"
+PROCESSING_TIME = "processing_time"
+
+
+@dataclass(frozen=True)
+class GroupFunctionSpec:
+    """Everything a worker needs to run a key group; built on the driver by ``keyed_process``."""
+
+    runtime_id: str
+    key_columns: tuple[str, ...]
+    value_columns: tuple[str, ...]
+    key_group_column: str
+    event_time_ms_column: Optional[str]
+    time_mode: str
+    num_key_groups: int
+    poll_interval_ms: int
+    layout: OutputLayout
+    group_by_user_key: bool = False
+
+
+class _BatchClock:
+    """Processing time (and the TTL clock) is the micro-batch timestamp: constant in a batch, stable on replay."""
+
+    __slots__ = ("now_ms",)
+
+    def __init__(self) -> None:
+        self.now_ms = 0
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+class _GroupRuntime:
+    """The per-worker-process machinery of one query: one opened function, one heap backend reused for every key
+    group the worker runs (reset between groups), one operator."""
+
+    def __init__(self, spec: GroupFunctionSpec, function: Any) -> None:
+        self.spec = spec
+        self.clock = _BatchClock()
+        # Values are serialized when the row is written at the end of the call, which fails the whole (atomic)
+        # batch on an unserializable value; validating every write as well would only slow the hot path.
+        self.backend = HeapKeyedStateBackend(
+            max_parallelism=spec.num_key_groups, ttl_clock=self.clock, validate_writes=False
+        )
+        self.operator = KeyedProcessOperator(
+            function, self.backend, task_name=f"keyed_process[{type(function).__qualname__}]",
+            index_of_this_subtask=task_partition_id(),
+        )
+        self.operator.open()
+        self.row_class = Row(*spec.value_columns)
+        self.single_key = len(spec.key_columns) == 1
+
+    # ---- one call ----------------------------------------------------------------------------------------------
+
+    def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
+        # Grouped by the user key itself, every Spark group is a single key and the backend has one key group.
+        key_group = 0 if self.spec.group_by_user_key else int(grouping_key[0])
+        batch_id = current_batch_id()
+        where = f"keyed_process key group {key_group}, batch {batch_id}"
+        try:
+            output = self._run(key_group, frames, group_state, where)
+        except KeyedStateError as error:
+            raise type(error)(f"{where}: {error}") from error
+        finally:
+            self._forget_group(key_group)
+        if output is not None and not output.empty:
+            yield output
+
+    def _run(self, key_group: int, frames: Iterator[pd.DataFrame], group_state: Any, where: str) -> Optional[pd.DataFrame]:
+        operator = self.operator
+        self._load(key_group, group_state)
+        now = int(group_state.getCurrentProcessingTimeMs())
+        self.clock.now_ms = now
+        watermark = watermark_or_none(group_state)
+        operator.advance_watermark(MIN_WATERMARK if watermark is None else watermark)
+        operator.advance_processing_time(now)
+        elements = [frame for frame in frames if not frame.empty]
+        if elements:
+            batch = elements[0] if len(elements) == 1 else pd.concat(elements, ignore_index=True)
+            self._process(key_group, batch, where)
+        operator.advance_processing_time(now)
+        self.backend.cleanup_expired_state()
+        self._persist(key_group, group_state, watermark, now)
+        records, _ = operator.outputs.drain()
+        side = operator.outputs.side_outputs
+        operator.outputs.side_outputs = {}
+        if not records and not side:
+            return None
+        return self.spec.layout.to_pandas(records, side, where)
+
+    def _load(self, key_group: int, group_state: Any) -> None:
+        if not group_state.exists:
+            return
+        row = StateRow.from_row(group_state.get)
+        if row.key_groups != self.spec.num_key_groups:
+            raise ConfigurationError(
+                f"the query's checkpoint was written with num_key_groups={row.key_groups} but keyed_process now runs "
+                f"with num_key_groups={self.spec.num_key_groups}; the number of key groups cannot change while the "
+                f"checkpoint lives. Restart with num_key_groups={row.key_groups}, or use a new checkpoint location"
+            )
+        if row.format != STATE_ROW_FORMAT_FULL:
+            raise ConfigurationError(
+                f"the state row has format {row.format}, which this keyedstate version cannot read (it reads "
+                f"{STATE_ROW_FORMAT_FULL}); upgrade keyedstate"
+            )
+        for metadata, records in decode_state_payload(row.state):
+            self.backend.load_stored_records(StateMetadata.from_json(metadata), records)
+        if row.timers:
+            self.operator.timer_service.import_key_group(row.timers, key_group)
+
+    def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
+        spec = self.spec
+        key_columns = list(spec.key_columns)
+        null_keys = batch[key_columns].isna().any(axis=1)
+        if bool(null_keys.any()):
+            row = batch.loc[null_keys.idxmax(), key_columns].to_dict()
+            raise NullKeyError(
+                f"an element has a null key ({row}); keyed state needs non-null keys. Filter out or fill null keys "
+                f"before keyed_process"
+            )
+        time_column = spec.event_time_ms_column
+        if time_column is not None:
+            if bool(batch[time_column].isna().any()):
+                row = batch.loc[batch[time_column].isna().idxmax(), key_columns].to_dict()
+                raise ConfigurationError(
+                    f"an element of key {row} has a null event time; drop or fill null event times before keyed_process"
+                )
+            batch = batch.sort_values(key_columns + [time_column], kind="stable")
+            timestamps = batch[time_column].astype("int64").tolist()
+        else:
+            batch = batch.sort_values(key_columns, kind="stable")
+            timestamps = [None] * len(batch)
+        if self.single_key:
+            keys = batch[key_columns[0]].tolist()
+        else:
+            keys = list(zip(*(batch[c].tolist() for c in key_columns)))
+        make_row = self.row_class
+        values = [make_row(*fields) for fields in zip(*(batch[c].tolist() for c in spec.value_columns))]
+        backend = self.backend
+        operator = self.operator
+        start = 0
+        total = len(keys)
+        while start < total:
+            key = keys[start]
+            end = start + 1
+            while end < total and keys[end] == key:
+                end += 1
+            backend.set_current_key_in_group(key, encode_key(key), key_group)
+            operator.process_elements_of_current_key(values[start:end], timestamps[start:end])
+            start = end
+        backend.clear_current_key()
+
+    def _persist(self, key_group: int, group_state: Any, watermark: Optional[int], now: int) -> None:
+        timers = self.operator.timer_service
+        records = self.backend.export_records()
+        has_timers = timers.num_event_time_timers(key_group) or timers.num_processing_time_timers(key_group)
+        if not records and not has_timers:
+            # No timeout is set in this call, so Spark deletes the row (see spark-platform.md).
+            group_state.remove()
+            return
+        payload = encode_state_payload([(metadata.to_json(), recs) for metadata, recs in records])
+        timer_blob = timers.export_key_group(key_group) if has_timers else b""
+        group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.spec.num_key_groups, payload, timer_blob).to_tuple())
+        # update() clears Spark's timeout, so it is set again on every call.
+        if self.spec.time_mode == EVENT_TIME:
+            earliest = timers.earliest_timer(TimeDomain.EVENT_TIME, key_group)
+            if earliest is not None:
+                floor = max(watermark or 0, 1)
+                # Spark fires when timeout < watermark; ours fire when timestamp <= watermark, hence -1.
+                group_state.setTimeoutTimestamp(max(earliest.timestamp - 1, floor))
+        else:
+            delays = []
+            earliest = timers.earliest_timer(TimeDomain.PROCESSING_TIME, key_group)
+            if earliest is not None:
+                delays.append(earliest.timestamp - 1 - now)
+            if timers.num_event_time_timers(key_group):
+                delays.append(self.spec.poll_interval_ms)
+            if delays:
+                group_state.setTimeoutDuration(max(1, min(delays)))
+
+    def _forget_group(self, key_group: int) -> None:
+        self.backend.reset()
+        self.operator.timer_service.clear_key_group(key_group)
+        self.operator.outputs.drain()
+        self.operator.outputs.side_outputs = {}
+
+
+_RUNTIMES: dict[str, _GroupRuntime] = {}
+
+
+def make_group_function(spec: GroupFunctionSpec, function: Any) -> Any:
+    """The callable for ``applyInPandasWithState``; the runtime is created once per worker process and query."""
+
+    def keyed_group_function(grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
+        runtime = _RUNTIMES.get(spec.runtime_id)
+        if runtime is None:
+            runtime = _RUNTIMES[spec.runtime_id] = _GroupRuntime(spec, function)
+        return runtime.run(grouping_key, frames, group_state)
+
+    return keyed_group_function
