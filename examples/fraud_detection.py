@@ -17,7 +17,8 @@ ONE_MINUTE = 60 * 1000
 class FraudDetector(KeyedProcessFunction):
     """Input: records with ``account_id`` and ``amount``. Output: ``(account_id,)`` alerts."""
 
-    def __init__(self):
+    def __init__(self, window_ms: int = ONE_MINUTE):
+        self.window_ms = window_ms
         self.flag_state = None
         self.timer_state = None
 
@@ -34,7 +35,7 @@ class FraudDetector(KeyedProcessFunction):
 
         if transaction["amount"] < SMALL_AMOUNT:
             self.flag_state.update(True)
-            timer = ctx.timer_service().current_processing_time() + ONE_MINUTE
+            timer = ctx.timer_service().current_processing_time() + self.window_ms
             ctx.timer_service().register_processing_time_timer(timer)
             self.timer_state.update(timer)
 

@@ -37,7 +37,8 @@ DEFAULT_CACHE_CAPACITY = 128
 class ColumnTimerQueue:
     """The timers of one key group in one time domain, written through to ``column``."""
 
-    __slots__ = ("column", "key_group", "capacity", "cache", "complete", "count", "_start", "_end", "_prefixes")
+    __slots__ = ("column", "key_group", "capacity", "cache", "complete", "count", "_start", "_end", "_prefixes",
+                 "_resume")
 
     def __init__(self, column: RawColumn, key_group: int, cache_capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
         self.column = column
@@ -49,6 +50,10 @@ class ColumnTimerQueue:
         self._start = key_group_start(key_group)
         self._end = key_group_end(key_group)
         self._prefixes: dict[bytes, bytes] = {}
+        # Where the next refill may start scanning: every timer in the column is >= the last timer that left the
+        # (then emptied) cache, because the cache always holds the smallest ones. Seeking there instead of to the
+        # key group's start skips the tombstones of fired timers, which RocksDB would otherwise step over one by one.
+        self._resume: Optional[bytes] = None
 
     # ---- reading the column ------------------------------------------------------------------------------------
 
@@ -57,7 +62,7 @@ class ColumnTimerQueue:
         prefixes = self._prefixes
         if len(prefixes) > 4 * self.capacity:
             prefixes.clear()
-        records = islice(self.column.items(self._start, self._end), self.capacity)
+        records = islice(self.column.items(self._resume or self._start, self._end), self.capacity)
         self.cache = [decode_record(key, value, prefixes) for key, value in records]
         self.complete = len(self.cache) < self.capacity
 
@@ -100,7 +105,10 @@ class ColumnTimerQueue:
         i = bisect_left(cache, timer)
         if i < len(cache) and cache[i] == timer:
             del cache[i]
-            self.column.delete(encode_record_key(timer))
+            key = encode_record_key(timer)
+            self.column.delete(key)
+            if not cache:
+                self._resume = key
             if self.count is not None:
                 self.count -= 1
             return True
@@ -129,8 +137,12 @@ class ColumnTimerQueue:
         timer = self.peek()
         if timer is None:
             return None
-        del self.cache[0]
-        self.column.delete(encode_record_key(timer))
+        cache = self.cache
+        del cache[0]
+        key = encode_record_key(timer)
+        self.column.delete(key)
+        if not cache:
+            self._resume = key
         if self.count is not None:
             self.count -= 1
         return timer
@@ -138,6 +150,7 @@ class ColumnTimerQueue:
     def clear(self) -> None:
         self.column.delete_range(self._start, self._end)
         self.cache = []
+        self._resume = None
         self.complete = True
         self.count = 0
 

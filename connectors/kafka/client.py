@@ -11,7 +11,7 @@ import re
 import threading
 from typing import Callable, Iterable, Optional
 
-from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from connectors.kafka import kafka_errors
@@ -35,6 +35,8 @@ class KafkaClient:
         self._admin = AdminClient(opts.librdkafka_config("admin"))
         self._timeout_s = opts.request_timeout_ms / 1000
         self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, self.brokers)
+        self._lock = threading.Lock()
+        self._group_consumers: dict[str, Consumer] = {}
         self._isolation = (IsolationLevel.READ_COMMITTED if opts.read_committed else IsolationLevel.READ_UNCOMMITTED)
 
     # -- metadata ---------------------------------------------------------------------------------------------
@@ -111,21 +113,25 @@ class KafkaClient:
         tps = list(tps)
         if not tps:
             return {}
-
-        def run() -> dict[TP, int]:
-            req = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in tps])]
-            fut = self._admin.list_consumer_group_offsets(req, request_timeout=self._timeout_s)[group_id]
-            res = fut.result(timeout=self._timeout_s + 5)
-            out: dict[TP, int] = {}
-            for tp in res.topic_partitions:
-                if tp.error is not None:
-                    raise KafkaException(tp.error)
-                if tp.offset >= 0:
-                    out[(tp.topic, tp.partition)] = int(tp.offset)
-            return out
-
-        return call_with_retry(run, self.budget, topic=_describe(tps),
+        return call_with_retry(lambda: self._committed_once(group_id, tps), self.budget, topic=_describe(tps),
                                action=f"reading committed offsets of group {group_id!r}")
+
+    def _group_consumer(self, group_id: str) -> Consumer:
+        """A Consumer that carries ``group_id`` but never subscribes (so it never joins the group).
+
+        Group offsets are read and written through it rather than through the AdminClient: librdkafka 2.16's
+        admin ListConsumerGroupOffsets crashes the process on NOT_COORDINATOR responses (it dereferences the
+        consumer-group handle an AdminClient does not have), and admin AlterConsumerGroupOffsets does not retry
+        NOT_COORDINATOR, which brokers return right after startup and during failover.
+        """
+        with self._lock:
+            c = self._group_consumers.get(group_id)
+            if c is None:
+                conf = self.opts.librdkafka_config("committer")
+                conf["group.id"] = group_id
+                c = Consumer(conf)
+                self._group_consumers[group_id] = c
+            return c
 
     # -- commits ----------------------------------------------------------------------------------------------
     def commit_sync(self, group_id: str, offsets: dict[TP, int], *, never_backwards: bool = True) -> dict[TP, int]:
@@ -141,21 +147,33 @@ class KafkaClient:
             send = {tp: o for tp, o in send.items() if current.get(tp, -1) < o}
         if not send:
             return {}
-        req = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p, o) for (t, p), o in sorted(send.items())])]
-        fut = self._admin.alter_consumer_group_offsets(req, request_timeout=self._timeout_s)[group_id]
-        res = fut.result(timeout=self._timeout_s + 5)
-        for tp in res.topic_partitions:
+        result = self._group_consumer(group_id).commit(
+            offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(send.items())], asynchronous=False)
+        for tp in result or []:
             if tp.error is not None:
                 raise kafka_errors.translate(tp.error, brokers=self.brokers, topic=f"{tp.topic}[{tp.partition}]",
                                              action=f"committing offsets of group {group_id!r}")
         return send
 
     def _committed_once(self, group_id: str, tps: list[TP]) -> dict[TP, int]:
-        req = [ConsumerGroupTopicPartitions(group_id, [TopicPartition(t, p) for t, p in tps])]
-        fut = self._admin.list_consumer_group_offsets(req, request_timeout=self._timeout_s)[group_id]
-        res = fut.result(timeout=self._timeout_s + 5)
-        return {(tp.topic, tp.partition): int(tp.offset) for tp in res.topic_partitions
-                if tp.error is None and tp.offset >= 0}
+        res = self._group_consumer(group_id).committed([TopicPartition(t, p) for t, p in tps],
+                                                       timeout=self._timeout_s)
+        out: dict[TP, int] = {}
+        for tp in res:
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            if tp.offset >= 0:
+                out[(tp.topic, tp.partition)] = int(tp.offset)
+        return out
+
+    def close(self) -> None:
+        with self._lock:
+            for c in self._group_consumers.values():
+                try:
+                    c.close()
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
+            self._group_consumers.clear()
 
     def async_commit_function(self, group_id: str) -> Callable[[dict[TP, int], Callable[[Optional[BaseException]],
                                                                                            None]], None]:

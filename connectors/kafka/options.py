@@ -72,7 +72,8 @@ class KafkaOptions:
         return "topic " + ", ".join(repr(t) for t in self.assign)
 
     def librdkafka_config(self, role: str) -> dict[str, str]:
-        """librdkafka configuration for a client in ``role`` ("admin" or "consumer")."""
+        """librdkafka configuration for a client in ``role``: "admin", "consumer" (executor reads) or "committer"
+        (driver-side group offsets; never subscribes)."""
         conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers}
         conf.setdefault("client.id", f"keyedstate-kafka-{role}")
         if role == "consumer":
@@ -90,7 +91,9 @@ class KafkaOptions:
         # librdkafka's own log lines go to Python logging instead of stderr.
         conf["logger"] = logging.getLogger(f"keyedstate.connectors.kafka.librdkafka.{role}")  # type: ignore[assignment]
         conf.setdefault("log.connection.close", "false")
-        if role == "admin":
+        if role == "committer":
+            conf.update({"enable.auto.commit": "false", "enable.auto.offset.store": "false"})
+        if role in ("admin", "committer"):
             for k in ("enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "auto.offset.reset",
                       "fetch.wait.max.ms", "queued.min.messages", "isolation.level", "fetch.min.bytes",
                       "fetch.max.bytes", "max.partition.fetch.bytes"):

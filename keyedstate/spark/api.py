@@ -92,16 +92,44 @@ def _check_num_key_groups(num_key_groups: int) -> None:
         )
 
 
+_WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"
+LATE_EVENTS_ANCHOR_COLUMN = "_keyedstate_watermark_anchor"
+# Far in the future, yet inside pandas' nanosecond range (which ends in 2262): it reaches the Python workers.
+_LATE_EVENTS_ANCHOR_TIME = "2262-01-01 00:00:00"
+
+
+def _keep_late_events(df: DataFrame) -> DataFrame:
+    """Spark drops input rows older than the watermark in front of a stateful operator, testing the column that
+    carries the watermark marker; Flink delivers late elements to process_element. The marker moves to a constant
+    far-future anchor column: Spark's analyzer still finds the watermark it requires for event-time timeouts, the
+    query's watermark (computed upstream) is unchanged, and the late-row filter never matches."""
+    columns = []
+    marker: Optional[dict] = None
+    for field in df.schema.fields:
+        if _WATERMARK_METADATA_KEY in (field.metadata or {}):
+            marker = dict(field.metadata)
+            stripped = {k: v for k, v in field.metadata.items() if k != _WATERMARK_METADATA_KEY}
+            columns.append(F.col(field.name).alias(field.name, metadata=stripped))
+        else:
+            columns.append(F.col(field.name))
+    if marker is None:
+        return df
+    anchor = F.lit(_LATE_EVENTS_ANCHOR_TIME).cast(TimestampType()).alias(LATE_EVENTS_ANCHOR_COLUMN, metadata=marker)
+    return df.select(*columns, anchor)
+
+
 def _prepare(
     df: DataFrame, key_columns: Sequence[str], event_time_column: Optional[str], time_mode: str,
-    num_key_groups: Optional[int],
+    num_key_groups: Optional[int], drop_late_events: bool = False,
 ) -> tuple[DataFrame, list[str], str, Optional[str]]:
     """Add the internal columns; returns (frame, value columns, grouping column, event-time-ms column)."""
     _check_key_columns(df, key_columns)
+    value_columns = list(df.columns)
+    if not drop_late_events:
+        df = _keep_late_events(df)
     if time_mode not in (EVENT_TIME, PROCESSING_TIME):
         raise ConfigurationError(f"time_mode must be 'event_time' or 'processing_time', got {time_mode!r}")
     types = _column_types(df)
-    value_columns = list(df.columns)
     time_ms_column = None
     if event_time_column is not None:
         if event_time_column not in types:
@@ -141,6 +169,7 @@ def apply_in_pandas_with_state_args(
     num_key_groups: Optional[int] = DEFAULT_NUM_KEY_GROUPS,
     side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
     processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
+    drop_late_events: bool = False,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
@@ -157,7 +186,7 @@ def apply_in_pandas_with_state_args(
     if num_key_groups is not None:
         _check_num_key_groups(num_key_groups)
     prepared, value_columns, grouping_column, time_ms_column = _prepare(
-        df, key_columns, event_time_column, time_mode, num_key_groups
+        df, key_columns, event_time_column, time_mode, num_key_groups, drop_late_events
     )
     if num_key_groups is None:
         grouping = list(key_columns)
@@ -195,6 +224,7 @@ def keyed_process(
     num_key_groups: Optional[int] = DEFAULT_NUM_KEY_GROUPS,
     side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
     processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
+    drop_late_events: bool = False,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -207,13 +237,16 @@ def keyed_process(
       ``processing_time_poll_interval_ms``.
     * ``num_key_groups`` is fixed for the life of the checkpoint. ``None`` groups by the user key itself (slow:
       about 1 ms of Spark overhead per key and batch).
+    * Late elements (event time older than the watermark) reach ``process_element`` as in Flink, where
+      ``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart; ``drop_late_events=True``
+      lets Spark drop them before the function instead.
     * ``side_outputs={"late": "user STRING, ts BIGINT"}`` declares side outputs; the output then has an
       ``output_tag`` column and one struct column per side output: use :func:`main_output` / :func:`side_output`.
     """
     prepared, grouping, args = apply_in_pandas_with_state_args(
         df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,
         num_key_groups=num_key_groups, side_outputs=side_outputs,
-        processing_time_poll_interval_ms=processing_time_poll_interval_ms,
+        processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 

@@ -67,7 +67,7 @@ class KeyedProcessHarness:
 
     ``backend`` is ``"heap"``, ``"rocksdb"`` (a temporary RocksDB directory) or a backend instance. Processing time
     starts at ``initial_processing_time`` and only moves when :meth:`set_processing_time` is called; it is also the
-    clock of state TTL (as a Spark micro-batch's timestamp is).
+    clock of state TTL (as a Spark micro-batch's timestamp is). The watermark starts at ``MIN_WATERMARK``.
     """
 
     def __init__(
@@ -129,7 +129,8 @@ class KeyedProcessHarness:
                 self._function, self.backend, index_of_this_subtask=self.partition,
                 number_of_parallel_subtasks=self.partitions,
             )
-        self.operator.open()
+            self.operator.open()
+            self.operator.advance_processing_time(self._clock())
         return self
 
     def _operator(self) -> KeyedProcessOperator:
@@ -240,9 +241,10 @@ class KeyedProcessHarness:
             m for s in snapshots for m in s.manifests if _overlaps(m.key_group_range, owned)
         ]
         harness.backend.restore(manifests)
+        # As in Flink, the watermark is not part of a snapshot (it is Long.MIN_VALUE until the next watermark
+        # arrives); processing time resumes where the snapshot was taken, so overdue processing-time timers fire
+        # right after the restore.
         harness.open()
-        watermark = min(s.watermark for s in snapshots)
-        harness._operator().timer_service.restore_watermark(watermark)
         return harness
 
     def close(self) -> None:

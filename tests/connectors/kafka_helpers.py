@@ -55,14 +55,32 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int, start: int = 0,
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
-    """The group's committed offsets per partition (absent = none), via the AdminClient."""
-    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-    from confluent_kafka.admin import AdminClient
+    """The group's committed offsets per partition (absent = none), read by an independent, never-subscribing
+    consumer of the group (the AdminClient's ListConsumerGroupOffsets crashes librdkafka 2.16 on NOT_COORDINATOR)."""
+    from confluent_kafka import TopicPartition
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
-    res = admin.list_consumer_group_offsets(req, request_timeout=15)[group].result(timeout=20)
-    return {tp.partition: tp.offset for tp in res.topic_partitions if tp.offset >= 0}
+    consumer = _group_reader(bootstrap, group)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            res = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+            return {tp.partition: tp.offset for tp in res if tp.offset >= 0}
+        except Exception:  # coordinator still loading right after broker start
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+_READERS: dict = {}
+
+
+def _group_reader(bootstrap: str, group: str):
+    from confluent_kafka import Consumer
+
+    key = (bootstrap, group)
+    if key not in _READERS:
+        _READERS[key] = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": "false"})
+    return _READERS[key]
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, message: str, interval: float = 0.2) -> None:
@@ -169,19 +187,13 @@ class CommitMonitor:
         self._thread.join(30)
 
     def _run(self) -> None:
-        from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
-        from confluent_kafka.admin import AdminClient
-
         bootstrap, group, topic, partitions = self.args
-        admin = AdminClient({"bootstrap.servers": bootstrap})
-        req = [ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(partitions)])]
         while not self._stop.is_set():
             try:
-                res = admin.list_consumer_group_offsets(req, request_timeout=5)[group].result(timeout=10)
+                committed = committed_offsets(bootstrap, group, topic, partitions)
             except Exception:  # broker briefly unavailable: no sample
                 self._stop.wait(0.2)
                 continue
-            committed = {tp.partition: tp.offset for tp in res.topic_partitions if tp.offset >= 0}
             _, end = last_committed_end(self.checkpoint, topic)
             self.samples += 1
             for p, off in committed.items():

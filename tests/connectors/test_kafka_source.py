@@ -80,7 +80,8 @@ def test_100k_records_exactly_once_and_group_offsets_track_spark_commit_log(spar
 def test_output_schema_and_row_contents_match_spark_kafka_source(spark, kafka_broker, tmp_path):
     bs = kafka_broker.bootstrap
     topic = create_topic(bs, 1)
-    produce(bs, topic, 3, 1, timestamp_ms=lambda i: 1_700_000_000_000 + i, headers=True)
+    base = (int(time.time()) - 60) * 1000  # recent: retention deletes records older than 7 days at once
+    produce(bs, topic, 3, 1, timestamp_ms=lambda i: base + i, headers=True)
     df = _reader(spark, **{"kafka.bootstrap.servers": bs, "subscribe": topic, "commitOffsets": "false",
                            "startingOffsets": "earliest"})
     assert df.schema.simpleString() == (
@@ -92,7 +93,7 @@ def test_output_schema_and_row_contents_match_spark_kafka_source(spark, kafka_br
     rows = spark.sql("select key, value, topic, partition, offset, unix_millis(timestamp) ts, timestampType, "
                      "headers from schema_rows order by offset").collect()
     assert [(r.key, r.value, r.topic, r.partition, r.offset, r.ts, r.timestampType) for r in rows] == [
-        (str(i).encode(), str(i).encode(), topic, 0, i, 1_700_000_000_000 + i, 0) for i in range(3)]
+        (str(i).encode(), str(i).encode(), topic, 0, i, base + i, 0) for i in range(3)]
     assert [[(h.key, h.value) for h in r.headers] for r in rows] == [[("h", str(i).encode())] for i in range(3)]
 
 

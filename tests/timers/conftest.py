@@ -134,28 +134,11 @@ class Recorder:
 def snapshot_restore(setup: Setup, backend: Any, checkpoint_id: int = 1,
                      ranges: Optional[list[KeyGroupRange]] = None) -> list[Any]:
     """Snapshot ``backend`` and restore the snapshot into new backends (one per range; default: the same range)."""
-    emulate = backend.backend_kind == "heap" and not _heap_snapshot_available()
-    manifest = None if emulate else backend.snapshot(checkpoint_id)
+    manifest = backend.snapshot(checkpoint_id)
     restored = []
     for key_group_range in ranges or [backend.key_group_range]:
         new = setup.backend(key_group_range=key_group_range, max_parallelism=backend.max_parallelism)
-        if emulate:
-            _emulated_snapshot_restore(backend, [new])
-        else:
-            new.restore([manifest])
+        new.restore([manifest])
         restored.append(new)
     return restored
 
-
-def _heap_snapshot_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("keyedstate.state.heap.snapshot") is not None
-
-
-def _emulated_snapshot_restore(backend: Any, targets: list[Any]) -> None:  # TEMPORARY until heap snapshots land
-    backend._run_pre_snapshot_hooks()
-    for name in backend.raw_column_names():
-        records = list(backend.iter_raw_column_records(name))
-        for target in targets:
-            target.load_raw_column_records(name, records)

@@ -1,0 +1,38 @@
+"""A local Spark session shared by the Spark tests (Spark's start-up is the expensive part)."""
+
+from __future__ import annotations
+
+import pytest
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+DEFAULT_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("keyedstate-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.streaming.stopTimeout", "30000")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+
+
+@pytest.fixture(params=[ROCKSDB_PROVIDER, DEFAULT_PROVIDER], ids=["rocksdb-store", "default-store"])
+def state_store_provider(request, spark):
+    previous = spark.conf.get("spark.sql.streaming.stateStore.providerClass", None)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", request.param)
+    spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+    yield request.param
+    if previous is None:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    else:
+        spark.conf.set("spark.sql.streaming.stateStore.providerClass", previous)

@@ -1,0 +1,86 @@
+"""A file-source -> keyed_process -> file-sink job the exactly-once test runs in a subprocess and kills.
+
+    python exactly_once_job.py BASE_DIR STATE_STORE_PROVIDER
+
+Environment: ``PAUSE_BATCH`` and ``PAUSE_AT`` (``element`` | ``timer``) make the function write ``BASE/paused`` and
+hang inside that batch on the first attempt only, so the test can kill the job mid-batch at a known point.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
+from keyedstate.spark.compat import current_batch_id
+
+TIMEOUT_MS = 60_000
+SCHEMA = "user STRING, payload STRING, ts TIMESTAMP"
+OUTPUT = "user STRING, count BIGINT, payloads STRING, kinds STRING"
+
+
+class CountingWithPause(KeyedProcessFunction):
+    """Count, list and map state per key; emits when a key has been quiet for a minute of event time."""
+
+    def __init__(self, base: str):
+        self.base = base
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+        self.payloads = runtime_context.get_list_state(ListStateDescriptor("payloads", Types.STRING()))
+        self.kinds = runtime_context.get_map_state(MapStateDescriptor("kinds", Types.STRING(), Types.LONG()))
+        self.last = runtime_context.get_state(ValueStateDescriptor("last", Types.LONG()))
+
+    def maybe_pause(self, where: str) -> None:
+        marker = Path(self.base) / "paused"
+        if os.environ.get("PAUSE_AT") == where and str(current_batch_id()) == os.environ.get("PAUSE_BATCH") \
+                and not marker.exists():
+            marker.write_text(where)
+            time.sleep(600)  # the test kills the whole process group meanwhile
+
+    def process_element(self, value, ctx):
+        self.maybe_pause("element")
+        self.count.update((self.count.value() or 0) + 1)
+        self.payloads.add(value["payload"])
+        kind = value["payload"].split("-")[0]
+        self.kinds.put(kind, (self.kinds.get(kind) or 0) + 1)
+        self.last.update(ctx.timestamp())
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + TIMEOUT_MS)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        self.maybe_pause("timer")
+        if timestamp == self.last.value() + TIMEOUT_MS:
+            kinds = ",".join(f"{k}={v}" for k, v in sorted(self.kinds.items()))
+            yield ctx.get_current_key(), self.count.value(), "|".join(self.payloads.get()), kinds
+
+
+def main() -> int:
+    base, provider = sys.argv[1], sys.argv[2]
+    from pyspark.sql import SparkSession
+
+    from keyedstate.spark import keyed_process
+
+    spark = (
+        SparkSession.builder.master("local[2]").appName("exactly-once-job")
+        .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+        .config("spark.sql.streaming.stateStore.providerClass", provider)
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    source = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(f"{base}/in")
+              .withWatermark("ts", "0 seconds"))
+    output = keyed_process(source, ["user"], CountingWithPause(base), OUTPUT, event_time_column="ts", num_key_groups=7)
+    query = (output.writeStream.format("json").option("path", f"{base}/out")
+             .option("checkpointLocation", f"{base}/checkpoint").trigger(processingTime="100 milliseconds").start())
+    query.processAllAvailable()
+    query.stop()
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,110 @@
+"""Wrong input and wrong code get errors that name the key, the key group and the batch; the checkpoint stays
+usable once the code is fixed."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
+from keyedstate.errors import ConfigurationError
+from keyedstate.spark import keyed_process
+from tests.spark.file_stream import start_query, write_input
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SCHEMA = "user STRING, payload STRING, ts TIMESTAMP"
+
+
+class Count(KeyedProcessFunction):
+    """Counts per key and emits the running count; raises on payload 'boom' unless fixed."""
+
+    def __init__(self, fail_on_boom: bool = False, bad_output: bool = False):
+        self.fail_on_boom = fail_on_boom
+        self.bad_output = bad_output
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        if self.fail_on_boom and value["payload"] == "boom":
+            raise ValueError("cannot handle boom")
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        yield (value["user"], "not a number" if self.bad_output else count)
+
+
+def run_until_failure(spark, tmp_path, function, rows, name, **kwargs) -> str:
+    write_input(tmp_path / "in", 0, rows)
+    query = start_query(spark, tmp_path, function, schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", query_name=name, **kwargs)
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    return str(failure.value)
+
+
+def test_a_null_key_names_the_key_group_and_batch(spark, tmp_path):
+    message = run_until_failure(spark, tmp_path, Count(), [{"user": None, "payload": "x", "ts": "2024-01-01T00:00:00Z"}],
+                                "null_key")
+    assert "NullKeyError" in message and "null key" in message
+    assert "key group" in message and "batch 0" in message
+
+
+def test_event_time_column_must_exist_and_be_a_timestamp(spark, tmp_path):
+    frame = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    with pytest.raises(ConfigurationError, match="'missing' is not in the DataFrame"):
+        keyed_process(frame, ["user"], Count(), "user STRING, count BIGINT", event_time_column="missing")
+    with pytest.raises(ConfigurationError, match="'payload' has type string; it must be a timestamp"):
+        keyed_process(frame, ["user"], Count(), "user STRING, count BIGINT", event_time_column="payload")
+    with pytest.raises(ConfigurationError, match="needs event_time_column"):
+        keyed_process(frame, ["user"], Count(), "user STRING, count BIGINT")
+    with pytest.raises(ConfigurationError, match="'nope'"):
+        keyed_process(frame, ["nope"], Count(), "user STRING, count BIGINT", event_time_column="ts")
+
+
+def test_output_that_does_not_match_the_schema_names_the_column(spark, tmp_path):
+    message = run_until_failure(spark, tmp_path, Count(bad_output=True),
+                                [{"user": "a", "payload": "x", "ts": "2024-01-01T00:00:00Z"}], "bad_output")
+    assert "InvalidOutputError" in message and "'count'" in message and "not a number" in message
+    assert "key group" in message and "batch 0" in message
+
+
+def test_a_user_exception_names_function_key_and_element_and_the_checkpoint_survives(spark, tmp_path):
+    rows = [{"user": "a", "payload": "ok", "ts": "2024-01-01T00:00:00Z"},
+            {"user": "b", "payload": "boom", "ts": "2024-01-01T00:00:01Z"}]
+    message = run_until_failure(spark, tmp_path, Count(fail_on_boom=True), rows, "user_error")
+    assert "UserFunctionError" in message and "Count.process_element failed for key 'b'" in message
+    assert "boom" in message and "ValueError: cannot handle boom" in message
+    assert "key group" in message and "batch 0" in message
+
+    # The fixed function resumes from the same checkpoint and processes the failed batch exactly once.
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", query_name="user_error_fixed")
+    try:
+        query.processAllAvailable()
+        write_input(tmp_path / "in", 1, [{"user": "b", "payload": "again", "ts": "2024-01-01T00:00:02Z"}])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sorted(tuple(r) for r in spark.sql("select * from user_error_fixed").collect()) == [("a", 1), ("b", 1), ("b", 2)]
+
+
+def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path):
+    rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
+    write_input(tmp_path / "in", 0, rows)
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", num_key_groups=7, query_name="groups_7")
+    query.processAllAvailable()
+    query.stop()
+    write_input(tmp_path / "in", 1, rows)
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", num_key_groups=5, query_name="groups_5")
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert "num_key_groups=7" in str(failure.value) and "num_key_groups=5" in str(failure.value)

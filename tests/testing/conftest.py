@@ -1,0 +1,6 @@
+import pytest
+
+
+@pytest.fixture(params=["heap", "rocksdb"])
+def backend_kind(request) -> str:
+    return request.param

@@ -1,0 +1,80 @@
+"""Snapshot in the middle of a stream, restore (also rescaled), continue: the same output as without a break."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from examples.session_gap import SessionGapFunction
+from keyedstate.keygroups import key_group_for_key, partition_for_key_group
+from keyedstate.testing import KeyedProcessHarness
+
+
+def stream(seed: int = 3):
+    """(element, timestamp) and ("watermark", value) steps over 40 users."""
+    rng = random.Random(seed)
+    steps, now = [], 0
+    for round_ in range(60):
+        for _ in range(rng.randrange(5, 15)):
+            now += rng.randrange(0, 4_000)
+            steps.append(({"user": f"user-{rng.randrange(40)}", "action": rng.choice("abc")}, now))
+        steps.append(("watermark", now - 5_000))
+    steps.append(("watermark", 2**63 - 1))
+    return steps
+
+
+def run(harnesses, steps, route):
+    for step, value in steps:
+        if step == "watermark":
+            for harness in harnesses:
+                harness.process_watermark(value)
+        else:
+            harnesses[route(step["user"])].process_element(step, value)
+    return sorted(record for harness in harnesses for record in harness.extract_output())
+
+
+def test_restore_into_one_and_into_three_partitions_continues_exactly(backend_kind):
+    steps = stream()
+    cut = len(steps) // 2
+    key = lambda event: event["user"]
+
+    uninterrupted = KeyedProcessHarness(SessionGapFunction(), key, backend=backend_kind).open()
+    expected = run([uninterrupted], steps, lambda user: 0)
+    uninterrupted.close()
+    assert len(expected) > 50
+
+    first = KeyedProcessHarness(SessionGapFunction(), key, backend=backend_kind).open()
+    before = run([first], steps[:cut], lambda user: 0)
+    snapshot = first.snapshot()
+    first.close()
+
+    same = KeyedProcessHarness.restore(SessionGapFunction(), key, snapshot, backend=backend_kind)
+    assert sorted(before + run([same], steps[cut:], lambda user: 0)) == expected
+    same.close()
+
+    three = [
+        KeyedProcessHarness.restore(SessionGapFunction(), key, snapshot, backend=backend_kind, partition=i, partitions=3)
+        for i in range(3)
+    ]
+    owner = lambda user: partition_for_key_group(key_group_for_key(user, 128), 3, 128)
+    assert sorted(before + run(three, steps[cut:], owner)) == expected
+    # Each partition restored only the timers of the keys it owns.
+    for index, harness in enumerate(three):
+        harness.close()
+
+
+def test_rescaled_partitions_hold_disjoint_timers_that_add_up(backend_kind):
+    steps = stream(5)[:200]
+    key = lambda event: event["user"]
+    single = KeyedProcessHarness(SessionGapFunction(), key, backend=backend_kind).open()
+    run([single], [s for s in steps if s[0] != "watermark"], lambda user: 0)
+    total = single.num_event_time_timers()
+    snapshot = single.snapshot()
+    single.close()
+    parts = [KeyedProcessHarness.restore(SessionGapFunction(), key, snapshot, backend=backend_kind, partition=i,
+                                         partitions=3) for i in range(3)]
+    counts = [p.num_event_time_timers() for p in parts]
+    assert sum(counts) == total and all(counts)
+    for part in parts:
+        part.close()

@@ -1,0 +1,148 @@
+"""The timer queues against a model (a Python set): set semantics, removal, order, the head cache of RocksDB."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from conftest import ROCKSDB_AVAILABLE
+from keyedstate.serialization import encode_key
+from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
+from keyedstate.state.heap.stores import HeapRawColumn
+from timers import ColumnTimerQueue, HeapTimerQueue, KeyGroupPartitionedTimerQueue, make_timer
+from timers.codec import decode_record, encode_record
+
+NAMESPACES = [VOID_NAMESPACE, encode_key("w1")]
+
+
+def timer(ts, key, key_group=3, namespace=VOID_NAMESPACE):
+    return make_timer(ts, key_group_prefix(key_group) + encode_key(key), namespace)
+
+
+@pytest.fixture(params=["heap-column", "rocksdb-column"])
+def column(request, tmp_path):
+    if request.param == "heap-column":
+        yield HeapRawColumn("t")
+        return
+    if not ROCKSDB_AVAILABLE:
+        pytest.skip("the RocksDB backend is not available yet")
+    from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
+
+    backend = RocksDBKeyedStateBackend(tmp_path / "db")
+    yield backend.raw_column("_timer_state/test")
+    backend.close()
+
+
+def test_heap_queue_has_set_semantics_and_pops_in_order():
+    queue = HeapTimerQueue()
+    assert queue.add(timer(5, "a")) is True  # first: the head
+    assert queue.add(timer(5, "a")) is False
+    assert queue.add(timer(7, "a")) is False
+    assert queue.add(timer(1, "b")) is True
+    assert len(queue) == 3
+    assert queue.remove(timer(9, "zzz")) is False
+    assert queue.remove(timer(7, "a")) is True
+    assert [t.timestamp for t in queue] == [1, 5]
+    assert queue.pop().timestamp == 1 and queue.pop().timestamp == 5 and queue.pop() is None
+
+
+def test_heap_queue_compacts_stale_entries():
+    queue = HeapTimerQueue(timer(i, "k") for i in range(1000))
+    for i in range(1, 1000):  # never the head, so deletion is lazy
+        queue.remove(timer(i, "k"))
+    assert len(queue) == 1
+    assert len(queue.heap) < 200  # stale entries were dropped
+    assert queue.pop().timestamp == 0 and queue.pop() is None
+
+
+def _exercise(queue, model, rng, steps, key_groups=(3,)):
+    """Random add / remove / pop against a model set; checks every answer, the head and the size."""
+    partitioned = isinstance(queue, KeyGroupPartitionedTimerQueue)
+    for _ in range(steps):
+        op = rng.random()
+        t = timer(rng.randrange(60), f"k{rng.randrange(12)}", rng.choice(key_groups), rng.choice(NAMESPACES))
+        if op < 0.5:
+            queue.add(t)
+            model.add(t)
+        elif op < 0.75:
+            assert queue.remove(t) == (t in model)
+            model.discard(t)
+        else:
+            expected = min(model) if model else None
+            assert queue.peek() == expected
+            if partitioned:
+                limit = rng.randrange(70)
+                got = queue.pop_due(limit)
+                assert got == (expected if expected is not None and expected.timestamp <= limit else None)
+            else:
+                got = queue.pop()
+                assert got == expected
+            model.discard(got)
+        assert (queue.count() if partitioned else len(queue)) == len(model)
+    in_order = sorted(model, key=lambda t: (t.key_group, t)) if partitioned else sorted(model)
+    assert list(queue) == in_order
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_heap_queue_matches_a_model(seed):
+    _exercise(HeapTimerQueue(), set(), random.Random(seed), 3000)
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("capacity", [1, 3, 16])
+def test_column_queue_matches_a_model_and_writes_through(column, seed, capacity):
+    queue = ColumnTimerQueue(column, 3, capacity)
+    model = set()
+    _exercise(queue, model, random.Random(seed), 1500)
+    assert len(queue.cache) <= capacity
+    stored = sorted(decode_record(k, v) for k, v in column.items())
+    assert stored == sorted(model)  # the column holds exactly the live timers
+    # a new queue over the same column (a restore) sees the same timers, in order
+    reopened = ColumnTimerQueue(column, 3, capacity)
+    assert list(reopened) == sorted(model) and len(reopened) == len(model)
+    assert [reopened.pop() for _ in range(len(model))] == sorted(model) and reopened.pop() is None
+
+
+def test_column_queue_loads_only_its_head_cache(column):
+    for i in range(1000):
+        key, value = encode_record(timer(i, f"k{i % 50}"))
+        column.put(key, value)
+    queue = ColumnTimerQueue(column, 3, 8)
+    assert queue.peek().timestamp == 0
+    assert len(queue.cache) == 8 and not queue.complete
+    queue.add(timer(500, "x"))  # beyond the cache: only written to the column
+    assert len(queue.cache) == 8
+    assert queue.remove(timer(600, "k0")) is True  # an uncached timer is found and deleted in the column
+    assert queue.remove(timer(601, "k0")) is False
+    assert len(queue) == 1000
+    assert [queue.pop().timestamp for _ in range(10)] == list(range(10))
+    assert len(queue.cache) <= 8
+
+
+@pytest.mark.parametrize("storage", ["heap", "column"])
+@pytest.mark.parametrize("seed", range(4))
+def test_key_group_partitioned_queue_finds_the_global_minimum(storage, seed):
+    column = HeapRawColumn("t")
+    factory = (lambda kg: HeapTimerQueue()) if storage == "heap" else (lambda kg: ColumnTimerQueue(column, kg, 2))
+    queue = KeyGroupPartitionedTimerQueue(factory)
+    model = set()
+    rng = random.Random(seed)
+    _exercise(queue, model, rng, 4000, key_groups=(0, 1, 5, 77, 127))
+    assert queue.count() == len(model)
+    for key_group in (0, 1, 5, 77, 127):
+        mine = sorted(t for t in model if t.key_group == key_group)
+        assert list(queue.timers_of(key_group)) == mine
+        assert queue.earliest(key_group) == (mine[0] if mine else None)
+    drained = []
+    while (t := queue.pop_due(10**9)) is not None:
+        drained.append(t)
+    assert drained == sorted(model)
+
+
+def test_key_group_partitioned_queue_bounds_stale_heads():
+    queue = KeyGroupPartitionedTimerQueue(lambda kg: HeapTimerQueue())
+    for i in range(5000, 0, -1):  # every add is a new head of key group 1
+        queue.add(timer(i, "k", key_group=1))
+    assert len(queue._heads) <= 2 * len(queue.queues) + 64 + 1
+    assert queue.peek().timestamp == 1
