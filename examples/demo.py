@@ -1,71 +1,165 @@
-"""`make demo`: generated card transactions through Flink's fraud detector, batch by batch, with progress.
+"""`make demo`: the rich fraud detector on local Spark with the RocksDB state store, batch by batch.
 
-This placeholder runs in-process through the test harness (no Spark, no services); the Spark pipeline replaces it
-once `keyedstate.spark` exists.
+Generates card transactions (with planted fraud) into a local directory, streams them through ``keyed_process``
+one file per micro-batch, and prints per-batch progress (rows, active keys, timers fired, pending timers, state
+size, batch duration) and the alerts. ``--kafka BOOTSTRAP`` reads the same events from Kafka through keyedstate's
+Kafka source instead (start a broker with `make broker`) and also prints committed offsets and lag per partition.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+import json
 import logging
 import random
+import shutil
+import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
-from examples.fraud_detection import FraudDetector
-from keyedstate.testing import KeyedProcessHarness
+from examples.rich_fraud import ALERT_SCHEMA, RichFraudDetector
 
 logger = logging.getLogger("keyedstate.demo")
 
+INPUT_SCHEMA = "account_id STRING, amount DOUBLE, merchant STRING, ts TIMESTAMP"
+START = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 
-def generate_batch(rng: random.Random, batch: int, size: int, accounts: int) -> list[dict]:
-    transactions = []
-    for _ in range(size):
-        account = f"acct-{rng.randrange(accounts):05d}"
-        roll = rng.random()
-        amount = round(rng.uniform(0.01, 0.99), 2) if roll < 0.05 else (
-            round(rng.uniform(501, 2000), 2) if roll < 0.08 else round(rng.uniform(1, 400), 2)
+
+def generate_batches(batches: int, per_batch: int, accounts: int, seed: int) -> list[list[dict[str, Any]]]:
+    """Ordinary transactions plus planted fraud: small-then-large pairs and bursts."""
+    rng = random.Random(seed)
+    result = []
+    for batch in range(batches):
+        base_ms = batch * 20_000
+        rows = []
+        for _ in range(per_batch):
+            rows.append((base_ms + rng.randrange(20_000), f"acct-{rng.randrange(accounts):05d}",
+                         round(rng.uniform(1.0, 400.0), 2), f"m{rng.randrange(50)}"))
+        for _ in range(max(1, per_batch // 500)):
+            account, at = f"acct-{rng.randrange(accounts):05d}", base_ms + rng.randrange(10_000)
+            rows.append((at, account, 0.42, "m-test"))
+            rows.append((at + rng.randrange(1_000, 9_000), account, round(rng.uniform(600, 3000), 2), "m-luxury"))
+        for _ in range(max(1, per_batch // 1000)):
+            account, at = f"acct-{rng.randrange(accounts):05d}", base_ms + rng.randrange(10_000)
+            rows.extend((at + i * 1_500, account, 25.0, "m-vending") for i in range(6))
+        rows.sort()
+        result.append([
+            {"account_id": a, "amount": amount, "merchant": m,
+             "ts": (START + dt.timedelta(milliseconds=at)).isoformat().replace("+00:00", "Z")}
+            for at, a, amount, m in rows
+        ])
+    return result
+
+
+def write_files(directory: Path, batches: list[list[dict[str, Any]]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for index, rows in enumerate(batches):
+        (directory / f"transactions-{index:04d}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def build_spark(shuffle_partitions: int):
+    from pyspark.sql import SparkSession
+
+    from keyedstate.spark import recommended_spark_conf
+
+    builder = SparkSession.builder.master("local[2]").appName("keyedstate-demo").config("spark.ui.enabled", "false")
+    for key, value in recommended_spark_conf(shuffle_partitions=shuffle_partitions).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+class Progress:
+    """Per-batch numbers gathered in foreachBatch, printed with the batch duration from the query's progress."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, dict[str, Any]] = {}
+        self.alerts = 0
+
+    def on_batch(self, output, batch_id: int) -> None:
+        from keyedstate.spark import METRICS_TAG, main_output, side_output
+
+        output.persist()
+        metrics = side_output(output, METRICS_TAG).groupBy().sum(
+            "elements", "timers_fired", "keys_with_state", "pending_timers", "state_bytes").collect()[0]
+        alerts = main_output(output, ALERT_SCHEMA).orderBy("event_time_ms").collect()
+        output.unpersist()
+        self.alerts += len(alerts)
+        self.batches[batch_id] = {"metrics": [m or 0 for m in metrics], "alerts": alerts}
+
+    def report(self, progress: dict[str, Any]) -> None:
+        batch_id = progress["batchId"]
+        entry = self.batches.pop(batch_id, None)
+        if entry is None:
+            return
+        elements, fired, keys, pending, state_bytes = entry["metrics"]
+        print(
+            f"batch {batch_id:>3}: rows={progress['numInputRows']:>6} processed={elements:>6} active_keys={keys:>6} "
+            f"timers_fired={fired:>6} pending_timers={pending:>6} state={state_bytes / 1024:8.1f} KiB "
+            f"duration={progress['durationMs'].get('triggerExecution', 0) / 1000:5.2f}s "
+            f"alerts={len(entry['alerts'])}",
+            flush=True,
         )
-        transactions.append({"account_id": account, "amount": amount, "batch": batch})
-    return transactions
+        for alert in entry["alerts"][:3]:
+            at = (START.replace(tzinfo=None) + dt.timedelta(milliseconds=alert.event_time_ms - int(START.timestamp() * 1000)))
+            print(f"    ALERT {alert.rule:<16} account {alert.account_id} amount {alert.amount:9.2f} at {at:%H:%M:%S}")
+        if len(entry["alerts"]) > 3:
+            print(f"    ... and {len(entry['alerts']) - 3} more alerts")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--batches", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=20_000)
-    parser.add_argument("--accounts", type=int, default=5_000)
-    parser.add_argument("--backend", choices=["heap", "rocksdb"], default="rocksdb")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--per-batch", type=int, default=5_000, help="ordinary transactions per batch")
+    parser.add_argument("--accounts", type=int, default=3_000)
+    parser.add_argument("--key-groups", type=int, default=32)
+    parser.add_argument("--shuffle-partitions", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--workdir", help="where input and checkpoint go (default: a temporary directory)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
 
-    rng = random.Random(args.seed)
-    harness = KeyedProcessHarness(FraudDetector(), key_selector=lambda t: t["account_id"], backend=args.backend)
-    harness.open()
-    processing_time = 1_700_000_000_000
-    total_alerts = 0
+    from keyedstate.spark import keyed_process
+
+    workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="keyedstate-demo-"))
+    print(f"keyedstate demo: {args.batches} batches of ~{args.per_batch} transactions over {args.accounts} accounts "
+          f"in {workdir}", flush=True)
+    write_files(workdir / "input", generate_batches(args.batches, args.per_batch, args.accounts, args.seed))
+    spark = build_spark(args.shuffle_partitions)
+    transactions = (spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(workdir / "input"))
+                    .withWatermark("ts", "5 seconds"))
+    alerts = keyed_process(transactions, ["account_id"], RichFraudDetector(), ALERT_SCHEMA, event_time_column="ts",
+                           num_key_groups=args.key_groups, emit_metrics=True)
+    progress = Progress()
+    query = (alerts.writeStream.foreachBatch(progress.on_batch)
+             .option("checkpointLocation", str(workdir / "checkpoint")).start())
+    started = time.monotonic()
+    reported = -1
     try:
-        for batch in range(args.batches):
-            started = time.perf_counter()
-            processing_time += 20_000  # one batch every 20 s of processing time
-            fired = harness.set_processing_time(processing_time)
-            rows = generate_batch(rng, batch, args.batch_size, args.accounts)
-            harness.process_elements(rows)
-            alerts = harness.extract_output()
-            total_alerts += len(alerts)
-            snapshot = harness.snapshot()
-            manifest = snapshot.manifests[0]
-            logger.info(
-                "batch %d: rows=%d timers_fired=%d pending_timers=%d alerts=%d snapshot=%d bytes (%d uploaded) "
-                "in %.2fs",
-                batch, len(rows), fired, harness.num_processing_time_timers(), len(alerts),
-                manifest.total_bytes, manifest.uploaded_bytes, time.perf_counter() - started,
-            )
-            for (account,) in alerts[:3]:
-                print(f"  ALERT: account {account}: small transaction followed by a large one within a minute")
+        while True:
+            finished = not query.isActive
+            for update in query.recentProgress:
+                if update["batchId"] > reported:
+                    progress.report(update)
+                    reported = update["batchId"]
+            if finished:
+                break
+            status = query.status
+            if not status["isDataAvailable"] and not status["isTriggerActive"] and reported >= args.batches - 1:
+                query.stop()
+            time.sleep(0.5)
+        if query.exception():
+            raise query.exception()
     finally:
-        harness.close()
-    print(f"done: {args.batches} batches, {total_alerts} alerts")
+        if query.isActive:
+            query.stop()
+        spark.stop()
+        if not args.workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(f"done in {time.monotonic() - started:.1f}s: {reported + 1} batches, {progress.alerts} alerts", flush=True)
     return 0
 
 

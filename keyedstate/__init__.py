@@ -32,6 +32,17 @@ from keyedstate.typeinfo import TypeInformation, Types
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # PyFlink code imports Row next to Types; pyspark's Row has the same shape (positional or named fields,
+    # attribute and index access). Imported lazily so `import keyedstate` does not start loading PySpark.
+    if name == "Row":
+        from pyspark.sql import Row
+
+        return Row
+    raise AttributeError(f"module 'keyedstate' has no attribute {name!r}")
+
+
 __all__ = [
     "AggregateFunction",
     "Function",
@@ -52,6 +63,7 @@ __all__ = [
     "ReduceFunction",
     "ReducingState",
     "ReducingStateDescriptor",
+    "Row",
     "State",
     "StateDescriptor",
     "StateTtlConfig",

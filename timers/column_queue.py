@@ -147,6 +147,11 @@ class ColumnTimerQueue:
             self.count -= 1
         return timer
 
+    def pop_and_peek(self) -> Optional[InternalTimer]:
+        """Remove the earliest timer (the queue must not be empty) and return the new earliest one, or None."""
+        self.pop()
+        return self.peek()
+
     def clear(self) -> None:
         self.column.delete_range(self._start, self._end)
         self.cache = []

@@ -3,15 +3,14 @@
 One queue per key group (a :class:`~timers.queue.HeapTimerQueue` or a :class:`~timers.column_queue.ColumnTimerQueue`)
 answers per-key-group questions cheaply (earliest timer, all timers, replace all timers), which snapshots by key
 group and the Spark integration (one key group per Spark group) need. The global minimum comes from a second heap,
-``heads``, of key-group heads, maintained lazily:
+``heads``, of key-group heads, maintained with lazy deletion:
 
-    invariant: for every non-empty key group, ``heads`` holds an entry of that key group that is <= its head.
+    invariant: the current head of every non-empty key group is in ``heads``; other entries are stale.
 
-Adding a timer that becomes its key group's head pushes it onto ``heads``; deleting a head does nothing to ``heads``
-(the old entry is still <= the new head). :meth:`peek` checks the top entry against the current head of its key
-group and, when it is stale, replaces it by that head (or drops it when the key group is empty); since the top
-entry is <= every head, the first entry that *is* a head is the global minimum. Popping replaces the top by the key
-group's next head in one ``heapreplace``. ``heads`` is rebuilt when stale entries pile up.
+Whenever a key group's head changes (a smaller timer is added, the head is deleted or fired, the key group is
+replaced) the new head is pushed. :meth:`peek` drops stale top entries (those that are no longer the head of their
+key group); the first entry that is a head is the global minimum, since every head is in ``heads``. Firing replaces
+the top by the key group's next head in one ``heapreplace``. ``heads`` is rebuilt when stale entries pile up.
 
 Costs: add O(log n) (+ O(log k) when the head changes), pop O(log n + log k), peek amortised O(1), where k is the
 number of key groups.
@@ -72,7 +71,14 @@ class KeyGroupPartitionedTimerQueue:
         queue = self.queues.get(timer[3])
         if queue is None:
             return False
-        return queue.remove(timer)
+        head = queue.peek()
+        if not queue.remove(timer):
+            return False
+        if head == timer:
+            head = queue.peek()
+            if head is not None:
+                heappush(self._heads, head)
+        return True
 
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer over all key groups, or None."""
@@ -83,25 +89,28 @@ class KeyGroupPartitionedTimerQueue:
             head = queues[entry[3]].peek()
             if head is entry or head == entry:
                 return entry
-            if head is None:
-                heappop(heads)
-            else:
-                heapreplace(heads, head)
+            heappop(heads)  # stale: the key group's real head is in ``heads`` too
         return None
 
     def pop_due(self, limit: int) -> Optional[InternalTimer]:
         """Remove and return the earliest timer if its timestamp is <= ``limit``; else None."""
-        timer = self.peek()
-        if timer is None or timer[0] > limit:
-            return None
-        queue = self.queues[timer[3]]
-        queue.pop()
-        head = queue.peek()
-        if head is None:
-            heappop(self._heads)
-        else:
-            heapreplace(self._heads, head)
-        return timer
+        heads = self._heads
+        queues = self.queues
+        while heads:
+            entry = heads[0]
+            if entry[0] > limit:
+                return None  # every head is >= this entry (stale or not)
+            queue = queues[entry[3]]
+            head = queue.peek()
+            if head is entry or head == entry:
+                head = queue.pop_and_peek()
+                if head is None:
+                    heappop(heads)
+                else:
+                    heapreplace(heads, head)
+                return entry
+            heappop(heads)
+        return None
 
     def _rebuild_heads(self) -> None:
         heads = [head for head in (q.peek() for q in self.queues.values()) if head is not None]

@@ -96,6 +96,19 @@ class HeapTimerQueue:
         self._drop_stale_head()
         return timer
 
+    def pop_and_peek(self) -> Optional[InternalTimer]:
+        """Remove the earliest timer (the queue must not be empty) and return the new earliest one, or None."""
+        heap = self.heap
+        live = self.live
+        live.remove(heappop(heap))
+        self.dirty = True
+        while heap:
+            head = heap[0]
+            if head in live:
+                return head
+            heappop(heap)
+        return None
+
     def _drop_stale_head(self) -> None:
         heap = self.heap
         live = self.live

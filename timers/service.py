@@ -29,14 +29,17 @@ from __future__ import annotations
 from typing import Any, Iterator, Optional, Union
 
 from keyedstate.api.time_domain import TimeDomain
+from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
 from keyedstate.errors import ConfigurationError, KeyGroupNotOwnedError, SerializationError
 from timers.codec import decode_key_group_blob, encode_key_group_blob
 from timers.column_queue import DEFAULT_CACHE_CAPACITY
 from timers.storage import DomainTimers, TimerStorage, resolve_storage
-from timers.time import MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
+from timers.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
 from timers.timer import InternalTimer, Triggerable
 
 __all__ = ["InternalTimerService", "DEFAULT_SERVICE_NAME"]
+
+_KEY_CACHE_SIZE = 1 << 16
 
 DEFAULT_SERVICE_NAME = "user-timers"
 """Flink's name of the timer service of a ``KeyedProcessOperator``."""
@@ -68,6 +71,10 @@ class InternalTimerService:
         self.triggerable = triggerable
         self._event = DomainTimers(backend, f"_timer_state/event_{name}", self.storage, cache_capacity)
         self._processing = DomainTimers(backend, f"_timer_state/processing_{name}", self.storage, cache_capacity)
+        self._event_queue = self._event.queue
+        self._processing_queue = self._processing.queue
+        # prefix -> decoded key, so firing many timers of one key decodes the key once (bounded; see _fire)
+        self._keys: dict[bytes, Any] = {}
         self._watermark = MIN_WATERMARK
         self._processing_time = MIN_WATERMARK
         self.current_namespace: Optional[bytes] = None
@@ -81,7 +88,8 @@ class InternalTimerService:
     # ---- registration (for the current key) --------------------------------------------------------------------
 
     def _timer(self, namespace: bytes, timestamp: Any) -> InternalTimer:
-        timestamp = to_epoch_millis(timestamp)
+        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
+            timestamp = to_epoch_millis(timestamp)
         prefix = self.backend.current_key_prefix  # raises NoKeyContextError without a current key
         if type(namespace) is not bytes:
             raise ConfigurationError(
@@ -92,19 +100,19 @@ class InternalTimerService:
 
     def register_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_event_time`` for the current key once the watermark reaches ``timestamp`` (epoch ms)."""
-        self._event.queue.add(self._timer(namespace, timestamp))
+        self._event_queue.add(self._timer(namespace, timestamp))
 
     def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
-        self._event.queue.remove(self._timer(namespace, timestamp))
+        self._event_queue.remove(self._timer(namespace, timestamp))
 
     def register_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_processing_time`` for the current key once processing time reaches ``timestamp`` (epoch ms)."""
-        self._processing.queue.add(self._timer(namespace, timestamp))
+        self._processing_queue.add(self._timer(namespace, timestamp))
 
     def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
-        self._processing.queue.remove(self._timer(namespace, timestamp))
+        self._processing_queue.remove(self._timer(namespace, timestamp))
 
     # ---- time ----------------------------------------------------------------------------------------------------
 
@@ -153,13 +161,22 @@ class InternalTimerService:
             raise ConfigurationError("timers are due but the timer service has no triggerable; call set_triggerable")
         callback = triggerable.on_event_time if event_time else triggerable.on_processing_time
         pop_due = domain.queue.pop_due
-        set_key = self.backend.set_current_key_from_prefix
+        set_key_from_prefix = self.backend.set_current_key_from_prefix
+        set_key_in_group = self.backend.set_current_key_in_group
+        keys = self._keys
         fired = 0
         while True:
             timer = pop_due(limit)
             if timer is None:
                 return fired
-            set_key(timer[1])
+            prefix = timer[1]
+            key = keys.get(prefix)
+            if key is None:
+                if len(keys) >= _KEY_CACHE_SIZE:
+                    keys.clear()
+                keys[prefix] = set_key_from_prefix(prefix)
+            else:
+                set_key_in_group(key, prefix[KEY_GROUP_PREFIX_BYTES:], timer[3])
             self.current_namespace = timer[2]
             callback(timer)
             fired += 1

@@ -2,6 +2,8 @@
 
 from keyedstate.spark.api import (
     EVENT_TIME_MS_COLUMN,
+    METRICS_SCHEMA_DDL,
+    METRICS_TAG,
     KEY_GROUP_COLUMN,
     add_key_group_column,
     apply_in_pandas_with_state_args,
@@ -14,6 +16,8 @@ from keyedstate.spark.state_reader import read_keyed_state
 
 __all__ = [
     "EVENT_TIME_MS_COLUMN",
+    "METRICS_SCHEMA_DDL",
+    "METRICS_TAG",
     "KEY_GROUP_COLUMN",
     "add_key_group_column",
     "apply_in_pandas_with_state_args",

@@ -28,11 +28,20 @@ from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import MAX_MAX_PARALLELISM
 from keyedstate.spark.compat import GROUP_STATE_TIMEOUT
-from keyedstate.spark.group_function import EVENT_TIME, PROCESSING_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import (
+    EVENT_TIME,
+    METRICS_SCHEMA_DDL,
+    METRICS_TAG,
+    PROCESSING_TIME,
+    GroupFunctionSpec,
+    make_group_function,
+)
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 from keyedstate.spark.row_format import STATE_ROW_SCHEMA_DDL
 
 __all__ = [
+    "METRICS_TAG",
+    "METRICS_SCHEMA_DDL",
     "KEY_GROUP_COLUMN",
     "EVENT_TIME_MS_COLUMN",
     "keyed_process",
@@ -170,6 +179,7 @@ def apply_in_pandas_with_state_args(
     side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
     processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
     drop_late_events: bool = False,
+    emit_metrics: bool = False,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
@@ -182,6 +192,10 @@ def apply_in_pandas_with_state_args(
         raise ConfigurationError("processing_time_poll_interval_ms must be a positive int of milliseconds")
     main_schema = _schema(output_schema, "output_schema")
     sides = {tag: _schema(schema, f"side output {tag!r} schema") for tag, schema in (side_outputs or {}).items()}
+    if emit_metrics:
+        if METRICS_TAG in sides:
+            raise ConfigurationError(f"the side output name {METRICS_TAG!r} is reserved for emit_metrics")
+        sides[METRICS_TAG] = _schema(METRICS_SCHEMA_DDL, "metrics schema")
     layout = OutputLayout(main_schema, sides)
     if num_key_groups is not None:
         _check_num_key_groups(num_key_groups)
@@ -205,6 +219,7 @@ def apply_in_pandas_with_state_args(
         poll_interval_ms=processing_time_poll_interval_ms,
         layout=layout,
         group_by_user_key=num_key_groups is None,
+        emit_metrics=emit_metrics,
     )
     timeout = (
         GROUP_STATE_TIMEOUT.EventTimeTimeout if time_mode == EVENT_TIME else GROUP_STATE_TIMEOUT.ProcessingTimeTimeout
@@ -225,6 +240,7 @@ def keyed_process(
     side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
     processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
     drop_late_events: bool = False,
+    emit_metrics: bool = False,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -240,6 +256,9 @@ def keyed_process(
     * Late elements (event time older than the watermark) reach ``process_element`` as in Flink, where
       ``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart; ``drop_late_events=True``
       lets Spark drop them before the function instead.
+    * ``emit_metrics=True`` adds the side output ``keyedstate_metrics`` (:data:`METRICS_SCHEMA_DDL`): one row per
+      key-group call with elements processed, timers fired, keys holding state, pending timers and the row's bytes;
+      ``side_output(stream, "keyedstate_metrics")`` selects it (sum per batch in ``foreachBatch``).
     * ``side_outputs={"late": "user STRING, ts BIGINT"}`` declares side outputs; the output then has an
       ``output_tag`` column and one struct column per side output: use :func:`main_output` / :func:`side_output`.
     """
@@ -247,6 +266,7 @@ def keyed_process(
         df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,
         num_key_groups=num_key_groups, side_outputs=side_outputs,
         processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
+        emit_metrics=emit_metrics,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 

@@ -31,7 +31,13 @@ from keyedstate.spark.row_format import (
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.heap import HeapKeyedStateBackend
 
-__all__ = ["GroupFunctionSpec", "make_group_function"]
+__all__ = ["GroupFunctionSpec", "make_group_function", "METRICS_TAG", "METRICS_SCHEMA_DDL"]
+
+METRICS_TAG = "keyedstate_metrics"
+METRICS_SCHEMA_DDL = (
+    "key_group INT, elements BIGINT, timers_fired BIGINT, keys_with_state BIGINT, pending_timers BIGINT, "
+    "state_bytes BIGINT"
+)
 
 logger = logging.getLogger("keyedstate.spark.group")
 
@@ -53,6 +59,7 @@ class GroupFunctionSpec:
     poll_interval_ms: int
     layout: OutputLayout
     group_by_user_key: bool = False
+    emit_metrics: bool = False
 
 
 class _BatchClock:
@@ -105,6 +112,8 @@ class _GroupRuntime:
 
     def _run(self, key_group: int, frames: Iterator[pd.DataFrame], group_state: Any, where: str) -> Optional[pd.DataFrame]:
         operator = self.operator
+        fired_before = operator.timers_fired
+        processed_before = operator.elements_processed
         self._load(key_group, group_state)
         now = int(group_state.getCurrentProcessingTimeMs())
         self.clock.now_ms = now
@@ -117,10 +126,17 @@ class _GroupRuntime:
             self._process(key_group, batch, where)
         operator.advance_processing_time(now)
         self.backend.cleanup_expired_state()
-        self._persist(key_group, group_state, watermark, now)
+        keys_with_state = self._keys_with_state() if self.spec.emit_metrics else 0
+        state_bytes = self._persist(key_group, group_state, watermark, now)
         records, _ = operator.outputs.drain()
         side = operator.outputs.side_outputs
         operator.outputs.side_outputs = {}
+        if self.spec.emit_metrics:
+            side.setdefault(METRICS_TAG, []).append(((
+                key_group, operator.elements_processed - processed_before, operator.timers_fired - fired_before,
+                keys_with_state, operator.timer_service.num_event_time_timers(key_group)
+                + operator.timer_service.num_processing_time_timers(key_group), state_bytes,
+            ), None))
         if not records and not side:
             return None
         return self.spec.layout.to_pandas(records, side, where)
@@ -187,14 +203,21 @@ class _GroupRuntime:
             start = end
         backend.clear_current_key()
 
-    def _persist(self, key_group: int, group_state: Any, watermark: Optional[int], now: int) -> None:
+    def _keys_with_state(self) -> int:
+        prefixes: set[bytes] = set()
+        for registered in self.backend._states.values():
+            prefixes.update(registered.store.data)
+        return len(prefixes)
+
+    def _persist(self, key_group: int, group_state: Any, watermark: Optional[int], now: int) -> int:
+        """Write the row (or remove it) and Spark's timeout; returns the row's size in bytes."""
         timers = self.operator.timer_service
         records = self.backend.export_records()
         has_timers = timers.num_event_time_timers(key_group) or timers.num_processing_time_timers(key_group)
         if not records and not has_timers:
             # No timeout is set in this call, so Spark deletes the row (see spark-platform.md).
             group_state.remove()
-            return
+            return 0
         payload = encode_state_payload([(metadata.to_json(), recs) for metadata, recs in records])
         timer_blob = timers.export_key_group(key_group) if has_timers else b""
         group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.spec.num_key_groups, payload, timer_blob).to_tuple())
@@ -214,6 +237,7 @@ class _GroupRuntime:
                 delays.append(self.spec.poll_interval_ms)
             if delays:
                 group_state.setTimeoutDuration(max(1, min(delays)))
+        return len(payload) + len(timer_blob)
 
     def _forget_group(self, key_group: int) -> None:
         self.backend.reset()

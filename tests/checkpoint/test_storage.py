@@ -10,7 +10,6 @@ import pytest
 from keyedstate.checkpoint import (
     CheckpointListener,
     CheckpointStorage,
-    FileEntry,
     SnapshotManifest,
     assign_key_groups,
     covering_manifests,

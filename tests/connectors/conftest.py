@@ -55,6 +55,9 @@ def kafka_broker(kafka_lib: Path, tmp_path_factory) -> Iterator["KafkaCluster"]:
         cluster.start()
         yield cluster
     finally:
+        from kafka_helpers import close_clients
+
+        close_clients()
         cluster.stop(kill=True)
 
 

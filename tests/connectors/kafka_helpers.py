@@ -6,6 +6,22 @@ import time
 import uuid
 from typing import Callable, Optional
 
+import logging
+
+#: librdkafka log lines of test clients go to Python logging (captured by pytest) instead of stderr.
+_QUIET = logging.getLogger("tests.kafka.clients")
+
+
+def close_clients() -> None:
+    """Close cached test clients (before the brokers stop, so they do not log reconnect attempts)."""
+    while _READERS:
+        _, c = _READERS.popitem()
+        try:
+            c.close()
+        except Exception:
+            pass
+
+
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
@@ -15,7 +31,7 @@ def create_topic(bootstrap: str, partitions: int, replication: int = 1, name: Op
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = name or unique("t")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _QUIET})
     fut = admin.create_topics([NewTopic(name, partitions, replication, config=config or {})],
                               operation_timeout=30, request_timeout=30)[name]
     fut.result(timeout=60)
@@ -36,7 +52,7 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int, start: int = 0,
     """Produce values ``b"<i>"`` for i in [start, start+n), round-robin over partitions (partition = i % parts)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 20, "enable.idempotence": "true",
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "logger": _QUIET, "linger.ms": 20, "enable.idempotence": "true",
                   "batch.num.messages": 10000})
     for i in range(start, start + n):
         kwargs = {}
@@ -79,7 +95,8 @@ def _group_reader(bootstrap: str, group: str):
 
     key = (bootstrap, group)
     if key not in _READERS:
-        _READERS[key] = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": "false"})
+        _READERS[key] = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": "false",
+                                  "logger": _QUIET})
     return _READERS[key]
 
 

@@ -201,7 +201,7 @@ def test_new_partitions_are_discovered_and_read_from_earliest(spark, kafka_broke
 
 
 def test_transaction_markers_and_aborted_records_do_not_block_the_read(spark, kafka_broker, tmp_path):
-    from confluent_kafka import Producer
+    from confluent_kafka import Consumer, Producer, TopicPartition
 
     bs = kafka_broker.bootstrap
     topic = create_topic(bs, 1)
@@ -211,8 +211,13 @@ def test_transaction_markers_and_aborted_records_do_not_block_the_read(spark, ka
         p.begin_transaction()
         for j in range(5):
             p.produce(topic, value=f"{i}-{j}".encode(), partition=0)
+        p.flush(30)  # make sure the records of the aborted transaction reach the log
         p.commit_transaction(30) if commit else p.abort_transaction(30)
-    # the log now ends with a commit marker; offsets 5..10 hold aborted records and markers
+    # log: 0-4 records, 5 commit marker, 6-10 aborted records, 11 abort marker, 12-16 records, 17 commit marker
+    reader = Consumer({"bootstrap.servers": bs, "group.id": unique("r"), "isolation.level": "read_committed"})
+    wait_for(lambda: reader.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)[1] == 18, 30,
+             "last stable offset past the final commit marker")
+    reader.close()
     q = (_reader(spark, **{"kafka.bootstrap.servers": bs, "subscribe": topic, "commitOffsets": "false",
                            "startingOffsets": "earliest"})
          .writeStream.option("checkpointLocation", str(tmp_path / "c")).foreachBatch(BatchFileSink(tmp_path / "o"))

@@ -83,6 +83,18 @@ def replay_in_harness(function, key_selector: Callable[[Any], Any], batches: lis
     return output
 
 
+def processed_files(checkpoint: Path) -> int:
+    """How many input files the committed batches have read (the file source logs one offset per file here)."""
+    batches = read_batches(checkpoint) if (checkpoint / "commits").exists() else []
+    return max((index + 1 for batch in batches for index in batch.files), default=0)
+
+
+def wait_for_files(checkpoint: Path, files: int, timeout_s: float = 180) -> None:
+    """processAllAvailable() never returns in processing-time mode (every trigger runs a batch), so wait on the
+    commit log instead."""
+    wait_until(lambda: processed_files(checkpoint) >= files, timeout_s, f"{files} input files to be committed")
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

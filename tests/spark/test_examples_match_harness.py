@@ -12,7 +12,7 @@ from pyspark.sql import Row
 from examples.count_with_timeout import CountWithTimeoutFunction
 from examples.fraud_detection import FraudDetector
 from examples.session_gap import SessionGapFunction
-from tests.spark.file_stream import read_batches, replay_in_harness, start_query, write_input
+from tests.spark.file_stream import read_batches, replay_in_harness, start_query, wait_for_files, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -119,16 +119,17 @@ def test_fraud_detection_on_spark_equals_the_harness(spark, tmp_path, num_key_gr
         key_columns=["account_id"], output_schema="account_id STRING", event_time_column=None,
         time_mode="processing_time", num_key_groups=num_key_groups, trigger_ms=300, query_name=query_name,
     )
+    checkpoint = tmp_path / "checkpoint"
     try:
-        handle.processAllAvailable()
+        wait_for_files(checkpoint, 1)
         write_input(tmp_path / "in", 1, inputs[1])  # within the window of batch 0's small transactions
-        handle.processAllAvailable()
+        wait_for_files(checkpoint, 2)
         time.sleep(window_ms / 1000 * 2)  # b's window passes; its timer fires in a batch without data
         write_input(tmp_path / "in", 2, inputs[2])
-        handle.processAllAvailable()
+        wait_for_files(checkpoint, 3)
         time.sleep(window_ms / 1000 * 2)
         write_input(tmp_path / "in", 3, inputs[3])
-        handle.processAllAvailable()
+        wait_for_files(checkpoint, 4)
     finally:
         handle.stop()
     output = [tuple(row) for row in spark.sql(f"select * from {query_name}").collect()]

@@ -78,7 +78,7 @@ def restore_heap_backend(backend: Any, manifests: Sequence[SnapshotManifest]) ->
             from keyedstate.state.rocksdb.staging import records_in_ranges
 
             for kind, name, records in read_record_snapshot(manifest):
-                loaded.append((kind, name, records_in_ranges(records, ranges)))
+                loaded.append((kind, name, records_in_ranges(records, ranges, manifest.key_group_range)))
         else:
             raise SnapshotCorruptedError(f"{manifest.describe()} has unknown backend kind {manifest.backend_kind!r}")
     for kind, name, records in loaded:

@@ -73,7 +73,7 @@ def _copy_owned(backend: Any, manifest: SnapshotManifest, ranges: list, source: 
         for kind, name, records in source:
             prefix = STATE_CF_PREFIX if kind == STATE_SECTION else RAW_CF_PREFIX if kind == RAW_COLUMN_SECTION else None
             if prefix is not None:
-                _write_records(backend, prefix + name, records_in_ranges(records, ranges))
+                _write_records(backend, prefix + name, records_in_ranges(records, ranges, manifest.key_group_range))
         return
     with StagedSnapshot(source) as staged:
         for family in staged.family_names:

@@ -35,8 +35,12 @@ def range_bounds(key_groups: KeyGroupRange) -> tuple[bytes, bytes]:
     return key_group_prefix(key_groups.start), key_group_prefix(key_groups.end + 1)
 
 
-def records_in_ranges(records: Sequence[tuple[bytes, bytes]], ranges: Sequence[KeyGroupRange]) -> list[tuple[bytes, bytes]]:
-    """The records whose key group lies in one of ``ranges``."""
+def records_in_ranges(records: Sequence[tuple[bytes, bytes]], ranges: Sequence[KeyGroupRange],
+                      source_range: KeyGroupRange | None = None) -> Sequence[tuple[bytes, bytes]]:
+    """The records whose key group lies in one of ``ranges`` (all of them, unfiltered, when one range covers the
+    whole ``source_range`` the records come from)."""
+    if source_range is not None and len(ranges) == 1 and ranges[0].intersection(source_range) == source_range:
+        return records
     if len(ranges) == 1:
         start, end = ranges[0].start, ranges[0].end
         return [record for record in records if start <= key_group_of(record[0]) <= end]

@@ -1,0 +1,87 @@
+"""Generate docs/api.md from the public API's docstrings (`__all__` of each public package).
+
+    .venv/bin/python scripts/gen_api_docs.py          # rewrite docs/api.md
+    .venv/bin/python scripts/gen_api_docs.py --check  # exit 1 if docs/api.md is out of date
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+
+PACKAGES = ["keyedstate", "keyedstate.testing", "keyedstate.spark", "timers", "connectors.kafka"]
+OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+
+
+def _doc(obj: object) -> str:
+    return inspect.cleandoc(inspect.getdoc(obj) or "(no docstring)")
+
+
+def _signature(obj: object) -> str:
+    try:
+        return str(inspect.signature(obj))
+    except (TypeError, ValueError):
+        return ""
+
+
+def _members(cls: type) -> list[tuple[str, object]]:
+    members = []
+    for name, member in vars(cls).items():
+        if name.startswith("_") and name != "__init__":
+            continue
+        if isinstance(member, (staticmethod, classmethod)):
+            member = member.__func__
+        if inspect.isfunction(member) and (member.__doc__ or name == "__init__"):
+            members.append((name, member))
+    return members
+
+
+def render() -> str:
+    lines = ["# API reference", "", "Generated from the docstrings by `scripts/gen_api_docs.py`; do not edit by hand.", ""]
+    for package_name in PACKAGES:
+        try:
+            package = importlib.import_module(package_name)
+        except ImportError:
+            continue
+        lines += [f"## `{package_name}`", "", _doc(package), ""]
+        for name in sorted(getattr(package, "__all__", [])):
+            obj = getattr(package, name, None)
+            if obj is None or isinstance(obj, (int, str, float, tuple, frozenset)):
+                continue
+            if inspect.isclass(obj) and issubclass(obj, BaseException):
+                continue  # errors are listed together below
+            if inspect.isclass(obj):
+                lines += [f"### class `{name}{_signature(obj)}`", "", _doc(obj), ""]
+                for member_name, member in _members(obj):
+                    if member_name == "__init__":
+                        continue
+                    lines += [f"- `{member_name}{_signature(member)}`: {_doc(member).splitlines()[0]}"]
+                lines.append("")
+            elif callable(obj):
+                lines += [f"### `{name}{_signature(obj)}`", "", _doc(obj), ""]
+        errors = sorted(
+            n for n in getattr(package, "__all__", [])
+            if inspect.isclass(getattr(package, n, None)) and issubclass(getattr(package, n), BaseException)
+        )
+        if errors:
+            lines += ["### Errors", ""]
+            lines += [f"- `{n}`: {_doc(getattr(package, n)).splitlines()[0]}" for n in errors]
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    text = render()
+    if "--check" in sys.argv:
+        if not OUTPUT.exists() or OUTPUT.read_text() != text:
+            print("docs/api.md is out of date: run .venv/bin/python scripts/gen_api_docs.py", file=sys.stderr)
+            return 1
+        return 0
+    OUTPUT.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
