@@ -106,43 +106,65 @@ def test_map_state_put_get(benchmark, backend):
 
 
 def test_value_state_to_raw_rocksdict_ratio(benchmark, tmp_path):
-    """The target metric, measured robustly on a shared machine: the raw loop and the ValueState loop alternate
-    round by round on the same database and key, and the median of the per-round ratios is reported
-    (``extra_info['ratio_median']``; target >= 0.5)."""
+    """The target metric, measured robustly on a shared machine: four loops alternate round by round on the same
+    database, column family and key, and the median of the per-round ratios to the raw loop is reported
+    (``extra_info``; target for ``state`` >= 0.5):
+
+    * raw: rocksdict get+put of the stored bytes;
+    * raw+codec: the same plus the default value codec's deserialize/serialize (a ceiling for any store);
+    * store: the RocksDB value store's get/put (layout, serializer, type check);
+    * state: ``ValueState.value()`` + ``update()``, what user code calls.
+    """
     import statistics
     import time
+
+    from keyedstate.serialization import DEFAULT_CODEC
 
     backend = RocksDBKeyedStateBackend(tmp_path / "db")
     state = backend.get_or_create_state(ValueStateDescriptor("count", int))
     backend.set_current_key(17)
     state.update(1)
-    family = backend.registered_state("count").store._cf
-    key = backend._current_prefix + b"\x00"  # the very key the state uses
+    store = backend.registered_state("count").store
+    family = store._cf
+    namespace = b"\x00"
+    key = backend._current_prefix + namespace  # the very key the state uses
     data = family.get(key)
 
-    def raw_loop() -> None:
+    def raw() -> None:
         get, put = family.get, family.put
         for _ in range(OPS):
             get(key)
             put(key, data)
 
-    def state_loop() -> None:
+    def raw_codec() -> None:
+        get, put = family.get, family.put
+        deserialize, serialize = DEFAULT_CODEC.deserialize, DEFAULT_CODEC.serialize
+        for _ in range(OPS):
+            put(key, serialize(deserialize(get(key)) + 1))
+
+    def store_level() -> None:
+        get, put = store.get, store.put
+        for _ in range(OPS):
+            put(namespace, get(namespace) + 1)
+
+    def state_level() -> None:
         for _ in range(OPS):
             state.update((state.value() or 0) + 1)
 
-    ratios = []
+    loops = {"raw": raw, "raw+codec": raw_codec, "store": store_level, "state": state_level}
+    seconds: dict[str, list[float]] = {name: [] for name in loops}
 
     def one_round() -> None:
-        started = time.perf_counter()
-        raw_loop()
-        raw = time.perf_counter() - started
-        started = time.perf_counter()
-        state_loop()
-        ratios.append(raw / (time.perf_counter() - started))
+        for name, loop in loops.items():
+            started = time.perf_counter()
+            loop()
+            seconds[name].append(time.perf_counter() - started)
 
     benchmark.pedantic(one_round, rounds=15, iterations=1, warmup_rounds=1)
-    benchmark.extra_info["ratio_median"] = statistics.median(ratios)
-    benchmark.extra_info["ratio_best"] = max(ratios)
-    print(f"ValueState value()+update() / raw rocksdict get+put: median {statistics.median(ratios):.2f}, "
-          f"best {max(ratios):.2f}")
+    for name in ("raw+codec", "store", "state"):
+        ratios = [raw_time / time_ for raw_time, time_ in zip(seconds["raw"], seconds[name])]
+        benchmark.extra_info[f"ratio_median[{name}]"] = round(statistics.median(ratios), 3)
+    benchmark.extra_info["raw_ns_per_pair_median"] = round(statistics.median(seconds["raw"]) / OPS * 1e9)
+    print("ratios to raw rocksdict get+put (median of rounds):", {
+        k: v for k, v in benchmark.extra_info.items() if k.startswith("ratio")})
     backend.close()

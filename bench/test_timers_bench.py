@@ -100,6 +100,38 @@ def test_register_and_fire(benchmark, kind, tmp_path):
     assert benchmark.pedantic(run, setup=setup, rounds=5 if kind == "heap" else 2, iterations=1) == N
 
 
+def _heap_timers_once():
+    backend = HeapKeyedStateBackend()
+    service = InternalTimerService(backend, _NoOp(), storage="heap")
+    set_key = backend.set_current_key
+    register = service.register_event_time_timer
+    for key, timestamps in WORK:
+        set_key(key)
+        for ts in timestamps:
+            register(VOID_NAMESPACE, ts)
+    return service.advance_watermark(MAX_WATERMARK)
+
+
+def test_heap_timers_vs_heapq_interleaved(benchmark):
+    """The target ratio, measured robustly on a shared machine: heapq and heap timers alternate, best of 7 each."""
+    import time
+
+    best = {"heapq": float("inf"), "heap": float("inf")}
+    for _ in range(7):
+        for name, run in (("heapq", _heapq_reference), ("heap", _heap_timers_once)):
+            gc.collect()
+            start = time.perf_counter()
+            assert run() == N
+            best[name] = min(best[name], time.perf_counter() - start)
+    ratio = best["heapq"] / best["heap"]
+    benchmark.extra_info.update(
+        heapq_best_s=round(best["heapq"], 4), heap_best_s=round(best["heap"], 4), throughput_ratio=round(ratio, 3)
+    )
+    print(f"\nheap timers reach {ratio:.2f}x the heapq throughput (best of 7, interleaved; target >= 0.5x)")
+    benchmark.group = "heap timers / heapq, interleaved"
+    benchmark.pedantic(_heap_timers_once, rounds=1, iterations=1)
+
+
 def _queue_items():
     rng = random.Random(3)
     items = [(rng.randrange(10**9), b"\x00\x01\x15key%d" % i, VOID_NAMESPACE, 1) for i in range(N)]

@@ -75,6 +75,10 @@ class InternalTimerService:
         self._processing_queue = self._processing.queue
         # prefix -> decoded key, so firing many timers of one key decodes the key once (bounded; see _fire)
         self._keys: dict[bytes, Any] = {}
+        self._set_key_with_prefix = getattr(backend, "set_current_key_with_prefix", None) or (
+            lambda key, prefix: backend.set_current_key_in_group(key, prefix[KEY_GROUP_PREFIX_BYTES:],
+                                                                 (prefix[0] << 8) | prefix[1])
+        )
         self._watermark = MIN_WATERMARK
         self._processing_time = MIN_WATERMARK
         self.current_namespace: Optional[bytes] = None
@@ -100,7 +104,13 @@ class InternalTimerService:
 
     def register_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_event_time`` for the current key once the watermark reaches ``timestamp`` (epoch ms)."""
-        self._event_queue.add(self._timer(namespace, timestamp))
+        # the body of _timer, inlined: this runs once per registration
+        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
+            timestamp = to_epoch_millis(timestamp)
+        prefix = self.backend._current_prefix  # the base backend's field (hot path); None without a current key
+        if prefix is None or type(namespace) is not bytes:
+            self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
+        self._event_queue.add(InternalTimer((timestamp, prefix, namespace, (prefix[0] << 8) | prefix[1])))
 
     def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
@@ -108,7 +118,13 @@ class InternalTimerService:
 
     def register_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_processing_time`` for the current key once processing time reaches ``timestamp`` (epoch ms)."""
-        self._processing_queue.add(self._timer(namespace, timestamp))
+        # the body of _timer, inlined: this runs once per registration
+        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
+            timestamp = to_epoch_millis(timestamp)
+        prefix = self.backend._current_prefix  # the base backend's field (hot path); None without a current key
+        if prefix is None or type(namespace) is not bytes:
+            self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
+        self._processing_queue.add(InternalTimer((timestamp, prefix, namespace, (prefix[0] << 8) | prefix[1])))
 
     def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
@@ -160,15 +176,12 @@ class InternalTimerService:
                 return 0
             raise ConfigurationError("timers are due but the timer service has no triggerable; call set_triggerable")
         callback = triggerable.on_event_time if event_time else triggerable.on_processing_time
-        pop_due = domain.queue.pop_due
-        set_key_from_prefix = self.backend.set_current_key_from_prefix
-        set_key_in_group = self.backend.set_current_key_in_group
+        backend = self.backend
+        set_key_from_prefix = backend.set_current_key_from_prefix
+        set_key_with_prefix = self._set_key_with_prefix
         keys = self._keys
         fired = 0
-        while True:
-            timer = pop_due(limit)
-            if timer is None:
-                return fired
+        for timer in domain.queue.due(limit):
             prefix = timer[1]
             key = keys.get(prefix)
             if key is None:
@@ -176,10 +189,11 @@ class InternalTimerService:
                     keys.clear()
                 keys[prefix] = set_key_from_prefix(prefix)
             else:
-                set_key_in_group(key, prefix[KEY_GROUP_PREFIX_BYTES:], timer[3])
+                set_key_with_prefix(key, prefix)
             self.current_namespace = timer[2]
             callback(timer)
             fired += 1
+        return fired
 
     # ---- inspection --------------------------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ so every snapshot of the backend contains them and a restore (also into another 
 only the owned key groups of every raw column) brings them back. The layout is the same for both storages, so a
 snapshot taken with one restores into the other.
 
-* ``HEAP``: timers live in :class:`~timers.queue.HeapTimerQueue` s; the raw column is written only in the backend's
+* ``HEAP``: timers live in a :class:`~timers.heap_set.HeapTimerQueueSet`; the raw column is written only in the backend's
   pre-snapshot hook, and only for key groups that changed since the last flush. A new service loads all restored
   timers into memory.
 * ``ROCKSDB``: timers live in the column (a column family on the RocksDB backend), every register / delete is
@@ -24,8 +24,8 @@ from keyedstate.state.base.layout import key_group_of
 from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_record, encode_record, key_group_end, key_group_start
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
+from timers.heap_set import HeapTimerQueueSet
 from timers.partitioned import KeyGroupPartitionedTimerQueue
-from timers.queue import HeapTimerQueue
 from timers.timer import InternalTimer
 
 __all__ = ["TimerStorage", "DomainTimers", "resolve_storage"]
@@ -67,7 +67,7 @@ class DomainTimers:
             self.queue = KeyGroupPartitionedTimerQueue(factory)
             self._open_restored_key_groups()
         else:
-            self.queue = KeyGroupPartitionedTimerQueue(lambda kg: HeapTimerQueue())
+            self.queue = HeapTimerQueueSet()
             self._load_all()
 
     def _owned_bounds(self) -> tuple[bytes, bytes]:
@@ -76,17 +76,8 @@ class DomainTimers:
     def _load_all(self) -> None:
         """Heap storage: read every restored timer of the owned key groups into memory."""
         start, end = self._owned_bounds()
-        by_group: dict[int, list[InternalTimer]] = {}
         prefixes: dict[bytes, bytes] = {}
-        for key, value in self.column.items(start, end):
-            timer = decode_record(key, value, prefixes)
-            timers = by_group.get(timer[3])
-            if timers is None:
-                timers = by_group[timer[3]] = []
-            timers.append(timer)
-        for key_group, timers in by_group.items():
-            self.queue.queues[key_group] = HeapTimerQueue(timers)
-        self.queue._rebuild_heads()
+        self.queue.load(decode_record(key, value, prefixes) for key, value in self.column.items(start, end))
 
     def _open_restored_key_groups(self) -> None:
         """RocksDB storage: find the non-empty owned key groups (one seek each) and cache their heads."""
@@ -105,12 +96,10 @@ class DomainTimers:
         if self.storage is not TimerStorage.HEAP:
             return 0
         column = self.column
-        flushed = 0
-        for key_group, queue in self.queue.queues.items():
-            if not queue.dirty:
-                continue
+        queue = self.queue
+        flushed = sorted(queue.dirty)
+        for key_group in flushed:
             column.delete_range(key_group_start(key_group), key_group_end(key_group))
-            column.put_many(encode_record(timer) for timer in queue.live)
-            queue.dirty = False
-            flushed += 1
-        return flushed
+            column.put_many(encode_record(timer) for timer in queue.groups.get(key_group, ()))
+        queue.dirty.clear()
+        return len(flushed)

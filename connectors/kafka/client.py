@@ -11,7 +11,7 @@ import re
 import threading
 from typing import Callable, Iterable, Optional
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from connectors.kafka import kafka_errors
@@ -103,7 +103,13 @@ class KafkaClient:
             out: dict[TP, int] = {}
             for tp, fut in futures.items():
                 res = fut.result(timeout=self._timeout_s + 5)
-                out[(tp.topic, tp.partition)] = int(res.offset)
+                off = int(res.offset)
+                if off == OFFSET_INVALID or (spec in ("earliest", "latest") and off < 0):
+                    # no answer for this partition (leader moving or down): retry within the budget
+                    raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE,
+                                                    f"no {spec} offset for {tp.topic}[{tp.partition}] (leader "
+                                                    f"unavailable)"))
+                out[(tp.topic, tp.partition)] = off
             return out
 
         return call_with_retry(run, self.budget, topic=_describe(tps), action=f"listing {spec} offsets")

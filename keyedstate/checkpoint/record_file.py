@@ -69,8 +69,10 @@ def decode_record_file(data: bytes, where: str) -> Iterator[tuple[int, str, list
         raise SnapshotCorruptedError(f"{where} has record format version {version}, newer than supported ({VERSION})")
     body = memoryview(data)[_header.size:]
     if codec == _ZSTD:
-        body = memoryview(pa.Codec("zstd").decompress(body, decompressed_size=raw_size, asbytes=True))
-    elif codec != _NO_CODEC:
+        body = pa.Codec("zstd").decompress(body, decompressed_size=raw_size, asbytes=True)
+    elif codec == _NO_CODEC:
+        body = bytes(body)
+    else:
         raise SnapshotCorruptedError(f"{where} uses unknown compression codec {codec}")
     try:
         yield from _sections(body)
@@ -78,7 +80,7 @@ def decode_record_file(data: bytes, where: str) -> Iterator[tuple[int, str, list
         raise SnapshotCorruptedError(f"{where} is truncated or damaged ({error})") from error
 
 
-def _sections(body: memoryview) -> Iterator[tuple[int, str, list[tuple[bytes, bytes]]]]:
+def _sections(body: bytes) -> Iterator[tuple[int, str, list[tuple[bytes, bytes]]]]:
     position = 0
     unpack_lengths = _lengths.unpack_from
     while True:
@@ -87,7 +89,7 @@ def _sections(body: memoryview) -> Iterator[tuple[int, str, list[tuple[bytes, by
             return
         _, name_length = _section.unpack_from(body, position)
         position += _section.size
-        name = bytes(body[position:position + name_length]).decode("utf-8")
+        name = body[position:position + name_length].decode("utf-8")
         position += name_length
         (count,) = _count.unpack_from(body, position)
         position += _count.size
@@ -97,7 +99,7 @@ def _sections(body: memoryview) -> Iterator[tuple[int, str, list[tuple[bytes, by
             position += 8
             key_end = position + key_length
             value_end = key_end + value_length
-            records.append((bytes(body[position:key_end]), bytes(body[key_end:value_end])))
+            records.append((body[position:key_end], body[key_end:value_end]))
             position = value_end
         if position > len(body):
             raise IndexError("a record runs past the end of the file")

@@ -468,3 +468,9 @@ class TestBadInput:
         with pytest.raises(StateDescriptorConflictError, match="'x'"):
             backend.get_or_create_state(ListStateDescriptor("x", int))
         assert backend.state_names() == ["x"]
+
+
+def test_backends_take_part_in_checkpoints_as_listeners(backend):
+    from keyedstate.checkpoint import CheckpointListener
+
+    assert isinstance(backend, CheckpointListener)

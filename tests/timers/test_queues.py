@@ -66,6 +66,8 @@ def _exercise(queue, model, rng, steps, key_groups=(3,)):
             queue.add(t)
             model.add(t)
         elif op < 0.75:
+            if model and rng.random() < 0.5:
+                t = rng.choice(sorted(model)[:3])  # often a head, which moves the key group's minimum
             assert queue.remove(t) == (t in model)
             model.discard(t)
         else:
@@ -138,6 +140,21 @@ def test_key_group_partitioned_queue_finds_the_global_minimum(storage, seed):
     while (t := queue.pop_due(10**9)) is not None:
         drained.append(t)
     assert drained == sorted(model)
+
+
+def test_deleting_a_key_groups_head_exposes_its_next_timer_as_the_global_minimum():
+    for factory in (lambda kg: HeapTimerQueue(), lambda kg: ColumnTimerQueue(HeapRawColumn("t"), kg, 2)):
+        queue = KeyGroupPartitionedTimerQueue(factory)
+        for t in (timer(1, "a", 1), timer(2, "a", 1), timer(5, "b", 2)):
+            queue.add(t)
+        assert queue.remove(timer(1, "a", 1))
+        assert queue.peek() == timer(2, "a", 1)
+        assert queue.pop_due(10) == timer(2, "a", 1) and queue.pop_due(10) == timer(5, "b", 2)
+        # a key group replaced wholesale: its new head is found, old entries are ignored
+        queue.add(timer(7, "c", 3))
+        queue.replace_key_group(3, [timer(9, "d", 3), timer(8, "d", 3)])
+        assert queue.pop_due(100) == timer(8, "d", 3) and queue.pop_due(100) == timer(9, "d", 3)
+        assert queue.pop_due(100) is None and queue.peek() is None
 
 
 def test_key_group_partitioned_queue_bounds_stale_heads():

@@ -11,7 +11,7 @@ from conftest import Recorder, snapshot_restore
 from keyedstate import ValueStateDescriptor
 from keyedstate.keygroups import KeyGroupRange, key_group_for_key
 from keyedstate.serialization import encode_key
-from keyedstate.state.base.layout import VOID_NAMESPACE
+from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_of
 from timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, TimerService
 
 V = VOID_NAMESPACE
@@ -346,6 +346,9 @@ def test_restore_into_other_key_group_ranges_keeps_exactly_the_owned_timers(setu
     restored = snapshot_restore(setup, backend, ranges=ranges)
     all_fired = []
     for key_group_range, new_backend in zip(ranges, restored):
+        for column in ("_timer_state/event_user-timers", "_timer_state/processing_user-timers"):
+            stored = [key_group_of(k) for k, _ in new_backend.raw_column(column).items()]
+            assert stored and all(kg in key_group_range for kg in stored)  # the backend kept only owned groups
         _, new_service, new_rec = make(setup, new_backend)
         new_service.end_of_input()
         new_service.advance_processing_time(MAX_WATERMARK)

@@ -169,6 +169,13 @@ class KeyedStateBackend(ABC):
         self._current_prefix = prefix
         return key
 
+    def set_current_key_with_prefix(self, key: Any, prefix: bytes) -> None:
+        """Set the current key when its ``key group + encoded key`` prefix is already known and owned (the timer
+        service's hot path while firing: no encoding, hashing or range check)."""
+        self._current_key = key
+        self._current_key_group = (prefix[0] << 8) | prefix[1]
+        self._current_prefix = prefix
+
     def get_current_key(self) -> Any:
         if self._current_prefix is None:
             raise NoKeyContextError(
@@ -315,6 +322,20 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def restore(self, manifests: Sequence[Any]) -> None:
         """Load the owned key groups from one or more snapshots (several when rescaling)."""
+
+    # ---- the checkpoint listener protocol (keyedstate.checkpoint.CheckpointListener) ------------------------------
+
+    def snapshot_state(self, checkpoint_id: int) -> Any:
+        """Take the snapshot of ``checkpoint_id`` (same as :meth:`snapshot`)."""
+        return self.snapshot(checkpoint_id)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Nothing to do: a snapshot is durable once its manifest is written, and retention runs as it is written."""
+        logger.debug("checkpoint %d complete", checkpoint_id)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Nothing to undo: an aborted checkpoint's manifest is never restored before a complete one's."""
+        logger.debug("checkpoint %d aborted", checkpoint_id)
 
     def close(self) -> None:
         self._closed = True

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import shutil
 from typing import Any, Iterator, Optional, Sequence
 
 from keyedstate.errors import UnknownStateError
@@ -56,7 +58,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         # sha256 of local SST files by (name, size): SSTs are immutable and a live database never reuses a number.
         self.sst_checksums: dict[tuple[str, int], str] = {}
         self._database = RocksDatabase(self.path, self.options)
+        self._remove_leftover_work_directories()
         self._load_metadata_from_database()
+
+    def _remove_leftover_work_directories(self) -> None:
+        """Snapshot and restore work next to the database (``<path>.snapshot-*``, ``<path>.restore-*``); a process
+        that crashed mid-way leaves them behind. Only the lock holder uses these names, so removing them is safe."""
+        for leftover in glob.glob(glob.escape(self.path) + ".snapshot-*") + glob.glob(glob.escape(self.path) + ".restore-*"):
+            shutil.rmtree(leftover, ignore_errors=True)
 
     # ---- stores --------------------------------------------------------------------------------------------------
 
