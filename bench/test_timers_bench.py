@@ -24,7 +24,8 @@ from sortedcontainers import SortedList, SortedSet
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from keyedstate.state.heap import HeapKeyedStateBackend
-from timers import MAX_WATERMARK, InternalTimerService
+from timers import MAX_WATERMARK, InternalTimerService, TimeDomain, make_timer
+from timers.partitioned import HeapPartitionedTimerQueue
 
 N = 100_000
 TIMERS_PER_KEY = 10
@@ -112,22 +113,60 @@ def _heap_timers_once():
     return service.advance_watermark(MAX_WATERMARK)
 
 
+def _queue_level_items():
+    backend = HeapKeyedStateBackend()
+    timers = []
+    for key, timestamps in WORK:
+        backend.set_current_key(key)
+        prefix = backend.current_key_prefix
+        timers += [make_timer(ts, prefix, VOID_NAMESPACE) for ts in timestamps]
+    return timers
+
+
 def test_heap_timers_vs_heapq_interleaved(benchmark):
-    """The target ratio, measured robustly on a shared machine: heapq and heap timers alternate, best of 7 each."""
+    """The target ratio, measured robustly on a shared machine: CPU time (time.process_time) of alternating runs,
+    best of 9 each. Two levels: the whole service (validation, key context, callback per timer) and the key-group
+    partitioned heap queue alone (register + drain of the same InternalTimer objects), against bare heapq."""
     import time
 
-    best = {"heapq": float("inf"), "heap": float("inf")}
-    for _ in range(7):
-        for name, run in (("heapq", _heapq_reference), ("heap", _heap_timers_once)):
+    timers = _queue_level_items()
+
+    def queue_level():
+        queue = HeapPartitionedTimerQueue()
+        add = queue.add
+        for timer in timers:
+            add(timer)
+        return sum(1 for _ in queue.due(MAX_WATERMARK))
+
+    def heapq_on_timers():
+        heap = []
+        for timer in timers:
+            heapq.heappush(heap, timer)
+        while heap:
+            heapq.heappop(heap)
+        return N
+
+    runs = {
+        "heapq": _heapq_reference,
+        "service": _heap_timers_once,
+        "heapq_on_timers": heapq_on_timers,
+        "queue": queue_level,
+    }
+    best = dict.fromkeys(runs, float("inf"))
+    for _ in range(9):
+        for name, run in runs.items():
             gc.collect()
-            start = time.perf_counter()
+            start = time.process_time()
             assert run() == N
-            best[name] = min(best[name], time.perf_counter() - start)
-    ratio = best["heapq"] / best["heap"]
-    benchmark.extra_info.update(
-        heapq_best_s=round(best["heapq"], 4), heap_best_s=round(best["heap"], 4), throughput_ratio=round(ratio, 3)
+            best[name] = min(best[name], time.process_time() - start)
+    service_ratio = best["heapq"] / best["service"]
+    queue_ratio = best["heapq_on_timers"] / best["queue"]
+    benchmark.extra_info.update({f"{k}_best_cpu_s": round(v, 4) for k, v in best.items()})
+    benchmark.extra_info.update(service_ratio=round(service_ratio, 3), queue_ratio=round(queue_ratio, 3))
+    print(
+        f"\nheap timer service: {service_ratio:.2f}x the heapq throughput; partitioned heap queue alone: "
+        f"{queue_ratio:.2f}x (CPU time, best of 9, interleaved; target >= 0.5x) {best}"
     )
-    print(f"\nheap timers reach {ratio:.2f}x the heapq throughput (best of 7, interleaved; target >= 0.5x)")
     benchmark.group = "heap timers / heapq, interleaved"
     benchmark.pedantic(_heap_timers_once, rounds=1, iterations=1)
 
@@ -227,7 +266,7 @@ def test_restore_peak_memory(benchmark, storage, tmp_path):
     def measure():
         tracemalloc.start()
         service = InternalTimerService(restored, _NoOp(), storage=storage)
-        first = service.earliest_timer.__self__._event.queue.peek().timestamp
+        first = service.earliest_timer(TimeDomain.EVENT_TIME).timestamp
         service.advance_watermark(first)
         results["peak_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -19,11 +20,16 @@ def _doc(obj: object) -> str:
     return inspect.cleandoc(inspect.getdoc(obj) or "(no docstring)")
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+>")
+
+
 def _signature(obj: object) -> str:
     try:
-        return str(inspect.signature(obj))
+        text = str(inspect.signature(obj))
     except (TypeError, ValueError):
         return ""
+    # Defaults that are functions or objects print with a memory address; keep the docs reproducible.
+    return _ADDRESS.sub(">", text)
 
 
 def _members(cls: type) -> list[tuple[str, object]]:

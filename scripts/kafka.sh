@@ -50,11 +50,27 @@ POM
 
 fetch_spark() {
   # The bench compares against Spark's built-in Kafka source; pre-fetch it (and its deps) so the bench runs from cache.
+  # spark-sql-kafka-0-10 matching the installed pyspark, or (when Maven Central does not have that release, as for
+  # pyspark 4.3.0) the newest 4.x connector that exists: SPARK_KAFKA_FALLBACK_VERSION (default 4.2.0).
   local spark_version
   spark_version="${SPARK_KAFKA_VERSION:-$("$ROOT/.venv/bin/python" -c 'import pyspark; print(pyspark.__version__)')}"
   local dir="$CACHE/spark-jars"
-  if [[ -f "$dir/.complete-$spark_version" ]]; then
+  if compgen -G "$dir/.complete-*" >/dev/null; then
     return 0
+  fi
+  local base="https://repo1.maven.org/maven2/org/apache/spark/spark-sql-kafka-0-10_2.13"
+  if ! curl -sfI "$base/$spark_version/spark-sql-kafka-0-10_2.13-$spark_version.pom" >/dev/null; then
+    echo "kafka.sh: spark-sql-kafka-0-10_2.13:$spark_version is not on Maven Central; using" \
+         "${SPARK_KAFKA_FALLBACK_VERSION:-4.2.0}" >&2
+    spark_version="${SPARK_KAFKA_FALLBACK_VERSION:-4.2.0}"
+  fi
+  # Its spark-token-provider-kafka-0-10 dependency is missing from Maven Central for several 4.x releases; use the
+  # same version when it exists, else 4.0.0 (the class the source needs, KafkaConfigUpdater, is unchanged).
+  local token_version="$spark_version"
+  local tbase="https://repo1.maven.org/maven2/org/apache/spark/spark-token-provider-kafka-0-10_2.13"
+  if ! curl -sfI "$tbase/$token_version/spark-token-provider-kafka-0-10_2.13-$token_version.jar" >/dev/null; then
+    token_version="${SPARK_TOKEN_PROVIDER_FALLBACK_VERSION:-4.0.0}"
+    echo "kafka.sh: using spark-token-provider-kafka-0-10_2.13:$token_version" >&2
   fi
   mkdir -p "$CACHE/spark-pom"
   cat > "$CACHE/spark-pom/pom.xml" <<POM
@@ -67,15 +83,26 @@ fetch_spark() {
   <dependencies>
     <dependency><groupId>org.apache.spark</groupId><artifactId>spark-sql-kafka-0-10_2.13</artifactId><version>$spark_version</version>
       <exclusions><exclusion><groupId>org.apache.spark</groupId><artifactId>spark-tags_2.13</artifactId></exclusion>
+      <exclusion><groupId>org.apache.spark</groupId><artifactId>spark-token-provider-kafka-0-10_2.13</artifactId></exclusion>
       <exclusion><groupId>org.slf4j</groupId><artifactId>*</artifactId></exclusion>
       <exclusion><groupId>org.apache.hadoop</groupId><artifactId>*</artifactId></exclusion></exclusions></dependency>
+    <dependency><groupId>org.apache.spark</groupId><artifactId>spark-token-provider-kafka-0-10_2.13</artifactId><version>$token_version</version>
+      <exclusions><exclusion><groupId>*</groupId><artifactId>*</artifactId></exclusion></exclusions></dependency>
   </dependencies>
 </project>
 POM
+  # Spark's parent POM names a Google mirror of Maven Central; send every repository to Maven Central itself.
+  cat > "$CACHE/spark-pom/settings.xml" <<SETTINGS
+<settings><mirrors><mirror><id>central-only</id><mirrorOf>*</mirrorOf>
+<url>https://repo1.maven.org/maven2</url></mirror></mirrors></settings>
+SETTINGS
   rm -rf "$dir.tmp"
   echo "kafka.sh: fetching spark-sql-kafka-0-10_2.13:$spark_version into $dir" >&2
-  mvn -q -B -f "$CACHE/spark-pom/pom.xml" dependency:copy-dependencies \
+  mvn -q -B -s "$CACHE/spark-pom/settings.xml" -f "$CACHE/spark-pom/pom.xml" dependency:copy-dependencies \
       -DincludeScope=runtime -DoutputDirectory="$dir.tmp" >&2
+  # pyspark already ships these (newer or equal versions); keep only what it lacks.
+  rm -f "$dir.tmp"/scala-library-*.jar "$dir.tmp"/scala-parallel-collections_*.jar "$dir.tmp"/lz4-java-*.jar \
+        "$dir.tmp"/snappy-java-*.jar "$dir.tmp"/jsr305-*.jar
   rm -rf "$dir"
   mv "$dir.tmp" "$dir"
   touch "$dir/.complete-$spark_version"

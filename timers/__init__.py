@@ -4,7 +4,8 @@
 * :class:`InternalTimerService` is what the operator drives: register / delete per current key and namespace,
   ``advance_watermark`` / ``advance_processing_time`` fire due timers in ascending timestamp order through a
   :class:`Triggerable`, per-key-group inspection and blobs for the Spark state row, persistence with the backend.
-* :class:`HeapTimerQueue`, :class:`ColumnTimerQueue` and :class:`KeyGroupPartitionedTimerQueue` are the queues.
+* :class:`HeapTimerQueue`, :class:`ColumnTimerQueue`, :class:`KeyGroupPartitionedTimerQueue` and
+  :class:`HeapPartitionedTimerQueue` are the queues.
 
 See ``docs/timers.md`` for the model, ordering guarantees, persistence and the design choices.
 """
@@ -20,7 +21,7 @@ from timers.codec import (
 )
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
 from timers.facade import TimerService
-from timers.partitioned import KeyGroupPartitionedTimerQueue
+from timers.partitioned import HeapPartitionedTimerQueue, KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
 from timers.service import DEFAULT_SERVICE_NAME, InternalTimerService
 from timers.storage import TimerStorage
@@ -36,6 +37,7 @@ __all__ = [
     "MIN_WATERMARK",
     "RECORD_FORMAT_VERSION",
     "ColumnTimerQueue",
+    "HeapPartitionedTimerQueue",
     "HeapTimerQueue",
     "InternalTimer",
     "InternalTimerService",

@@ -11,7 +11,10 @@ invariant:
 * add: a timer smaller than the largest cached one (or any timer while ``complete``) enters the cache, evicting the
   largest cached timer when full (which stays in the column); a larger one is only written to the column.
 * remove / pop: delete from the column and the cache. An empty, incomplete cache is refilled by one forward scan of
-  the key group's range of the column, so the column is read in batches of ``cache_capacity`` timers.
+  the key group's range of the column, so the column is read in batches of ``cache_capacity`` timers. The deletes
+  of consecutive pops are deferred and issued as one range delete before anything else touches the key group's
+  part of the column (and by :meth:`ColumnTimerQueue.flush_deletes`, which the service calls after every advance
+  and before every snapshot).
 
 So memory is O(key groups x cache_capacity) however many timers there are: restoring a million timers reads only
 the heads. The number of timers is known exactly while it was counted once (one scan of the key group, done lazily
@@ -20,7 +23,7 @@ on the first :meth:`__len__`) and kept up to date afterwards with a point lookup
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from itertools import islice
 from typing import Iterator, Optional
 
@@ -38,7 +41,7 @@ class ColumnTimerQueue:
     """The timers of one key group in one time domain, written through to ``column``."""
 
     __slots__ = ("column", "key_group", "capacity", "cache", "complete", "count", "_start", "_end", "_prefixes",
-                 "_resume")
+                 "_resume", "_pending_first", "_pending_last", "_pending")
 
     def __init__(self, column: RawColumn, key_group: int, cache_capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
         self.column = column
@@ -54,11 +57,29 @@ class ColumnTimerQueue:
         # (then emptied) cache, because the cache always holds the smallest ones. Seeking there instead of to the
         # key group's start skips the tombstones of fired timers, which RocksDB would otherwise step over one by one.
         self._resume: Optional[bytes] = None
+        # Deletes of fired timers are deferred while only pops happen: consecutive pops remove consecutive keys, so
+        # they become one range delete (one point delete for a single timer), issued before any other operation
+        # on this key group touches the column, and by :meth:`flush_deletes` (end of every advance, snapshots).
+        self._pending = 0
+        self._pending_first = b""
+        self._pending_last = b""
 
     # ---- reading the column ------------------------------------------------------------------------------------
 
+    def flush_deletes(self) -> None:
+        """Delete the fired timers whose deletes were deferred from the column."""
+        pending = self._pending
+        if pending:
+            self._pending = 0
+            if pending == 1:
+                self.column.delete(self._pending_first)
+            else:  # exactly the popped timers lie in [first, last]: nothing else was written in between
+                self.column.delete_range(self._pending_first, self._pending_last + b"\x00")
+
     def _refill(self) -> None:
         """Load the smallest ``capacity`` timers of the key group (the cache is empty and incomplete)."""
+        if self._pending:
+            self.flush_deletes()
         prefixes = self._prefixes
         if len(prefixes) > 4 * self.capacity:
             prefixes.clear()
@@ -75,6 +96,8 @@ class ColumnTimerQueue:
 
     def add(self, timer: InternalTimer) -> bool:
         """Register ``timer`` (write-through); return True when it became the head. A duplicate is a no-op."""
+        if self._pending:
+            self.flush_deletes()
         cache = self.cache
         if not cache and not self.complete:
             self._refill()
@@ -101,6 +124,8 @@ class ColumnTimerQueue:
 
     def remove(self, timer: InternalTimer) -> bool:
         """Delete ``timer``; return whether it was registered (an unknown timer is a silent no-op)."""
+        if self._pending:
+            self.flush_deletes()
         cache = self.cache
         i = bisect_left(cache, timer)
         if i < len(cache) and cache[i] == timer:
@@ -133,14 +158,17 @@ class ColumnTimerQueue:
         return self.cache[0] if self.cache else None
 
     def pop(self) -> Optional[InternalTimer]:
-        """Remove and return the earliest timer, or None."""
+        """Remove and return the earliest timer, or None (its delete in the column may be deferred, see above)."""
         timer = self.peek()
         if timer is None:
             return None
         cache = self.cache
         del cache[0]
         key = encode_record_key(timer)
-        self.column.delete(key)
+        if not self._pending:
+            self._pending_first = key
+        self._pending_last = key
+        self._pending += 1
         if not cache:
             self._resume = key
         if self.count is not None:
@@ -153,6 +181,7 @@ class ColumnTimerQueue:
         return self.peek()
 
     def clear(self) -> None:
+        self._pending = 0
         self.column.delete_range(self._start, self._end)
         self.cache = []
         self._resume = None
@@ -161,6 +190,7 @@ class ColumnTimerQueue:
 
     def __len__(self) -> int:
         if self.count is None:
+            self.flush_deletes()
             if self.complete:
                 self.count = len(self.cache)
             else:
@@ -177,10 +207,12 @@ class ColumnTimerQueue:
             return True
         if self.complete or (self.cache and timer < self.cache[-1]):
             return False
+        self.flush_deletes()
         return self.column.get(encode_record_key(timer)) is not None
 
     def __iter__(self) -> Iterator[InternalTimer]:
         """Every timer of the key group in ascending order, streamed from the column."""
+        self.flush_deletes()
         prefixes: dict[bytes, bytes] = {}
         for key, value in self.column.items(self._start, self._end):
             yield decode_record(key, value, prefixes)

@@ -2,8 +2,9 @@
 
 Why ``heapq`` + set rather than ``sortedcontainers`` (measured, see ``docs/timers.md`` and
 ``bench/test_timers_bench.py::test_queue_choice``): register + delete 10 % + pop all, per timer, ``heapq`` + set
-costs ~1.2x a bare ``heapq`` loop, a ``SortedSet`` ~2.1x and ``SortedList`` + set ~1.7x. The heap's push and pop
-run in C and compare the timer tuples in C; the set gives O(1) de-duplication and O(1) deletion.
+costs 1.2-1.9x a bare ``heapq`` loop, ``SortedList`` + set 1.7-3.5x and a ``SortedSet`` 2.1-3.5x (three runs on a
+shared machine). The heap's push and pop run in C and compare the timer tuples in C; the set gives O(1)
+de-duplication and O(1) deletion.
 
 Invariants (``heap`` is a list managed by ``heapq``, ``live`` a set):
 

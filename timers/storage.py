@@ -6,7 +6,7 @@ so every snapshot of the backend contains them and a restore (also into another 
 only the owned key groups of every raw column) brings them back. The layout is the same for both storages, so a
 snapshot taken with one restores into the other.
 
-* ``HEAP``: timers live in a :class:`~timers.heap_set.HeapTimerQueueSet`; the raw column is written only in the backend's
+* ``HEAP``: timers live in :class:`~timers.queue.HeapTimerQueue` s, one per key group; the raw column is written only in the backend's
   pre-snapshot hook, and only for key groups that changed since the last flush. A new service loads all restored
   timers into memory.
 * ``ROCKSDB``: timers live in the column (a column family on the RocksDB backend), every register / delete is
@@ -24,8 +24,8 @@ from keyedstate.state.base.layout import key_group_of
 from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_record, encode_record, key_group_end, key_group_start
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
-from timers.heap_set import HeapTimerQueueSet
-from timers.partitioned import KeyGroupPartitionedTimerQueue
+from timers.partitioned import HeapPartitionedTimerQueue, KeyGroupPartitionedTimerQueue
+from timers.queue import HeapTimerQueue
 from timers.timer import InternalTimer
 
 __all__ = ["TimerStorage", "DomainTimers", "resolve_storage"]
@@ -67,7 +67,7 @@ class DomainTimers:
             self.queue = KeyGroupPartitionedTimerQueue(factory)
             self._open_restored_key_groups()
         else:
-            self.queue = HeapTimerQueueSet()
+            self.queue = HeapPartitionedTimerQueue()
             self._load_all()
 
     def _owned_bounds(self) -> tuple[bytes, bytes]:
@@ -76,8 +76,17 @@ class DomainTimers:
     def _load_all(self) -> None:
         """Heap storage: read every restored timer of the owned key groups into memory."""
         start, end = self._owned_bounds()
+        by_group: dict[int, list[InternalTimer]] = {}
         prefixes: dict[bytes, bytes] = {}
-        self.queue.load(decode_record(key, value, prefixes) for key, value in self.column.items(start, end))
+        for key, value in self.column.items(start, end):
+            timer = decode_record(key, value, prefixes)
+            timers = by_group.get(timer[3])
+            if timers is None:
+                timers = by_group[timer[3]] = []
+            timers.append(timer)
+        for key_group, timers in by_group.items():
+            self.queue.queues[key_group] = HeapTimerQueue(timers)  # heapify: O(n); not dirty
+        self.queue._rebuild_heads()
 
     def _open_restored_key_groups(self) -> None:
         """RocksDB storage: find the non-empty owned key groups (one seek each) and cache their heads."""
@@ -92,14 +101,25 @@ class DomainTimers:
             key_group += 1
 
     def flush(self) -> int:
-        """Heap storage: write the key groups changed since the last flush into the raw column; return how many."""
+        """Bring the raw column up to date; return how many key groups were written.
+
+        Heap storage: write the key groups changed since the last flush. RocksDB storage: issue the deferred deletes
+        of fired timers. Runs in the backend's pre-snapshot hook and (RocksDB) after every advance.
+        """
         if self.storage is not TimerStorage.HEAP:
-            return 0
+            flushed = 0
+            for queue in self.queue.queues.values():
+                if queue._pending:
+                    queue.flush_deletes()
+                    flushed += 1
+            return flushed
         column = self.column
-        queue = self.queue
-        flushed = sorted(queue.dirty)
-        for key_group in flushed:
+        flushed = 0
+        for key_group, queue in self.queue.queues.items():
+            if not queue.dirty:
+                continue
             column.delete_range(key_group_start(key_group), key_group_end(key_group))
-            column.put_many(encode_record(timer) for timer in queue.groups.get(key_group, ()))
-        queue.dirty.clear()
-        return len(flushed)
+            column.put_many(encode_record(timer) for timer in queue.live)
+            queue.dirty = False
+            flushed += 1
+        return flushed

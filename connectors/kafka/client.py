@@ -96,8 +96,17 @@ class KafkaClient:
         else:
             s = OffsetSpec.for_timestamp(int(spec))
         request = {TopicPartition(t, p): s for t, p in tps}
+        attempts = [0]
 
         def run() -> dict[TP, int]:
+            attempts[0] += 1
+            if attempts[0] > 1:
+                # ListOffsets goes to the leaders in librdkafka's metadata cache, which a failed request does not
+                # refresh; a metadata request does (and finds the new leaders after a failover).
+                try:
+                    self._admin.list_topics(timeout=self._timeout_s)
+                except KafkaException:
+                    pass
             futures = self._admin.list_offsets(request, isolation_level=self._isolation,
                                                request_timeout=self._timeout_s)
             out: dict[TP, int] = {}

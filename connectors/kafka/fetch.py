@@ -14,6 +14,7 @@ import time
 from typing import Iterator, Optional
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 from pyspark.sql.datasource import InputPartition
 
@@ -86,7 +87,7 @@ def _to_batch(topic: str, partition: int, keys: list, values: list, offsets: lis
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
-        pa.array([t * 1000 for t in ts], pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        pc.multiply(pa.array(ts, pa.int64()), 1000).cast(pa.timestamp("us", tz="UTC")),
         pa.array(ts_types, pa.int32()),
         pa.array(headers, _HEADERS_TYPE),
     ], schema=ARROW_SCHEMA)
@@ -131,6 +132,19 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
     while position < 0 or position < end:
         msgs = consumer.consume(num_messages=min(batch_max, 10_000), timeout=0.5)
         progressed = False
+        if msgs and msgs[-1].error() is None and msgs[-1].offset() < end and \
+                not any([m.error() is not None for m in msgs]):
+            # fast path (the common case): only records, all inside the range; column-wise comprehensions
+            keys += [m.key() for m in msgs]
+            values += [m.value() for m in msgs]
+            offs += [m.offset() for m in msgs]
+            stamps = [m.timestamp() for m in msgs]
+            ts += [t for _, t in stamps]
+            tts += [t_type - 1 for t_type, _ in stamps]
+            hdrs += [m.headers() for m in msgs]
+            position = offs[-1] + 1
+            progressed = True
+            msgs = []
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -150,7 +164,7 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                     position = _out_of_range(opts, consumer, topic, partition, position, end, where, err)
                     progressed = True
                     continue
-                if kafka_errors.is_transient(err) or err.code() < 0 and not kafka_errors.is_unknown_topic(err):
+                if kafka_errors.is_retriable_fetch_error(err):
                     last_error = KafkaException(err)
                     continue
                 raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=where,
@@ -166,8 +180,7 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
             offs.append(off)
             ts.append(t)
             tts.append(t_type - 1)
-            h = m.headers()
-            hdrs.append(h if h is None else [(k, v) for k, v in h])
+            hdrs.append(m.headers())
             position = off + 1
             progressed = True
         if len(offs) >= batch_max or (offs and position >= end):
@@ -192,16 +205,10 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                 log.warning("%s; failOnDataLoss=false, skipping to the end of the batch", last_error)
                 break
             raise kafka_errors.translate(
-                last_error or KafkaException(_timeout_error()), brokers=opts.bootstrap_servers, topic=where,
+                last_error or kafka_errors.no_progress_error(), brokers=opts.bootstrap_servers, topic=where,
                 action="fetching records", elapsed_s=now - stalled_since, budget_ms=opts.broker_retry_timeout_ms)
     if offs:
         yield _to_batch(topic, partition, keys, values, offs, ts, tts, hdrs)
-
-
-def _timeout_error():  # a KafkaError meaning "nothing arrived in time"
-    from confluent_kafka import KafkaError
-
-    return KafkaError(KafkaError._TIMED_OUT, "no records or end-of-partition arrived")
 
 
 def _out_of_range(opts: KafkaOptions, consumer: Consumer, topic: str, partition: int, position: int, end: int,

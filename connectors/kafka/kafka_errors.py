@@ -19,7 +19,8 @@ from connectors.kafka.errors import (
     UnknownTopicError,
 )
 
-__all__ = ["kafka_error_of", "is_transient", "is_unknown_topic", "is_partition_eof", "is_out_of_range", "translate"]
+__all__ = ["kafka_error_of", "is_transient", "is_retriable_fetch_error", "is_unknown_topic", "is_partition_eof",
+           "is_out_of_range", "no_progress_error", "translate"]
 
 #: Errors that mean "brokers (or a leader/coordinator) are not reachable right now": retry within the budget.
 _TRANSIENT = {
@@ -29,6 +30,7 @@ _TRANSIENT = {
     KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._WAIT_COORD,
     KafkaError.BROKER_NOT_AVAILABLE, KafkaError._NODE_UPDATE, KafkaError.NOT_ENOUGH_REPLICAS,
     KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH, KafkaError.KAFKA_STORAGE_ERROR,
+    KafkaError._NOENT,  # admin ListOffsets: "Failed to query partition leaders: No leaders found"
 }
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
@@ -51,6 +53,19 @@ def is_transient(exc: BaseException | KafkaError | None) -> bool:
     if err is None:
         return False
     return err.code() in _TRANSIENT or (err.retriable() and err.code() not in _UNKNOWN_TOPIC)
+
+
+def is_retriable_fetch_error(err: Optional[KafkaError]) -> bool:
+    """An error event from ``Consumer.consume`` that librdkafka recovers from by itself (it keeps fetching): any
+    transient error and any other local (negative-code) error except unknown topic/partition."""
+    if err is None:
+        return False
+    return is_transient(err) or (err.code() < 0 and err.code() not in _UNKNOWN_TOPIC)
+
+
+def no_progress_error() -> KafkaException:
+    """What a fetch reports when neither records nor end-of-partition arrived within the budget."""
+    return KafkaException(KafkaError(KafkaError._TIMED_OUT, "no records or end-of-partition arrived"))
 
 
 def is_unknown_topic(exc: BaseException | KafkaError | None) -> bool:

@@ -88,7 +88,7 @@ def _check_key_columns(df: DataFrame, key_columns: Sequence[str]) -> None:
     missing = [c for c in key_columns if c not in _column_types(df)]
     if missing:
         raise ConfigurationError(
-            f"key column(s) {', '.join(missing)} are not in the DataFrame (columns: {', '.join(df.columns)})"
+            f"key column(s) {', '.join(map(repr, missing))} are not in the DataFrame (columns: {', '.join(df.columns)})"
         )
 
 

@@ -69,7 +69,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 
 
 def _random_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:  # an id starting with "-" would be taken for an option by kafka-storage's argument parser
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
 
 
 class KafkaNode:

@@ -36,3 +36,13 @@ def state_store_provider(request, spark):
         spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
     else:
         spark.conf.set("spark.sql.streaming.stateStore.providerClass", previous)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def functions_of_this_module_are_pickled_by_value(request):
+    """Test modules are not importable by Spark's Python workers; ship their classes and functions by value."""
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(request.module)
+    yield
+    cloudpickle.unregister_pickle_by_value(request.module)

@@ -50,14 +50,20 @@ def read_batches(checkpoint: Path) -> list[SparkBatch]:
 def start_query(spark, base: Path, function, *, schema: str, key_columns: list[str], output_schema: str,
                 event_time_column: Optional[str] = "ts", time_mode: str = "event_time",
                 num_key_groups: Optional[int] = 7, watermark_delay: str = "0 seconds",
-                trigger_ms: Optional[int] = None, query_name: str = "out", **kwargs: Any):
+                trigger_ms: Optional[int] = None, query_name: str = "out", sink_path: Optional[Path] = None,
+                **kwargs: Any):
+    """Start the query; output goes to an in-memory table ``query_name``, or to JSON files at ``sink_path`` (the
+    memory sink cannot restart from a checkpoint)."""
     source = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(base / "in"))
     if event_time_column is not None:
         source = source.withWatermark(event_time_column, watermark_delay)
     output = keyed_process(source, key_columns, function, output_schema, event_time_column=event_time_column,
                            time_mode=time_mode, num_key_groups=num_key_groups, **kwargs)
-    writer = (output.writeStream.format("memory").queryName(query_name).outputMode("append")
-              .option("checkpointLocation", str(base / "checkpoint")))
+    writer = output.writeStream.outputMode("append").option("checkpointLocation", str(base / "checkpoint"))
+    if sink_path is None:
+        writer = writer.format("memory").queryName(query_name)
+    else:
+        writer = writer.format("json").option("path", str(sink_path))
     if trigger_ms is not None:
         writer = writer.trigger(processingTime=f"{trigger_ms} milliseconds")
     return writer.start()

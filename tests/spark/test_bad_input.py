@@ -37,7 +37,7 @@ class Count(KeyedProcessFunction):
 def run_until_failure(spark, tmp_path, function, rows, name, **kwargs) -> str:
     write_input(tmp_path / "in", 0, rows)
     query = start_query(spark, tmp_path, function, schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", query_name=name, **kwargs)
+                        output_schema="user STRING, count BIGINT", query_name=name, sink_path=tmp_path / "out", **kwargs)
     try:
         with pytest.raises(StreamingQueryException) as failure:
             query.processAllAvailable()
@@ -82,26 +82,27 @@ def test_a_user_exception_names_function_key_and_element_and_the_checkpoint_surv
 
     # The fixed function resumes from the same checkpoint and processes the failed batch exactly once.
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", query_name="user_error_fixed")
+                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out")
     try:
         query.processAllAvailable()
         write_input(tmp_path / "in", 1, [{"user": "b", "payload": "again", "ts": "2024-01-01T00:00:02Z"}])
         query.processAllAvailable()
     finally:
         query.stop()
-    assert sorted(tuple(r) for r in spark.sql("select * from user_error_fixed").collect()) == [("a", 1), ("b", 1), ("b", 2)]
+    output = spark.read.schema("user STRING, count BIGINT").json(str(tmp_path / "out")).collect()
+    assert sorted(tuple(r) for r in output) == [("a", 1), ("b", 1), ("b", 2)]
 
 
 def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path):
     rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
     write_input(tmp_path / "in", 0, rows)
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", num_key_groups=7, query_name="groups_7")
+                        output_schema="user STRING, count BIGINT", num_key_groups=7, sink_path=tmp_path / "out")
     query.processAllAvailable()
     query.stop()
     write_input(tmp_path / "in", 1, rows)
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", num_key_groups=5, query_name="groups_5")
+                        output_schema="user STRING, count BIGINT", num_key_groups=5, sink_path=tmp_path / "out")
     try:
         with pytest.raises(StreamingQueryException) as failure:
             query.processAllAvailable()

@@ -28,10 +28,11 @@ def test_heap_timers_are_flushed_into_the_raw_column_by_the_snapshot_hook(tmp_pa
     backend.set_current_key(7)
     service.delete_event_time_timer(V, 21)
     service.register_event_time_timer(V, 1_000)
-    assert service._event.queue.dirty == {backend.current_key_group}  # only the changed key group is rewritten
+    dirty = [kg for kg, queue in service._event.queue.queues.items() if queue.dirty]
+    assert dirty == [backend.current_key_group]  # only the changed key group is rewritten
     assert service._event.flush() == 1
     assert stored(backend) == sorted(service.timers(TimeDomain.EVENT_TIME))
-    assert not service._event.queue.dirty
+    assert not any(queue.dirty for queue in service._event.queue.queues.values())
 
 
 def test_a_new_service_loads_timers_already_in_the_raw_column():

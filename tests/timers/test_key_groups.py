@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Recorder
+from timer_helpers import Recorder
 from keyedstate.errors import KeyGroupNotOwnedError, SerializationError
 from keyedstate.keygroups import KeyGroupRange, key_group_for_key
 from keyedstate.serialization import encode_key

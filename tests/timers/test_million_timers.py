@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from conftest import ROCKSDB_AVAILABLE, Setup, snapshot_restore
+from timer_helpers import ROCKSDB_AVAILABLE, Setup, snapshot_restore
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import MAX_WATERMARK, InternalTimerService, TimeDomain
 

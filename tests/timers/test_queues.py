@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from conftest import ROCKSDB_AVAILABLE
+from timer_helpers import ROCKSDB_AVAILABLE
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
 from keyedstate.state.heap.stores import HeapRawColumn
@@ -98,12 +98,28 @@ def test_column_queue_matches_a_model_and_writes_through(column, seed, capacity)
     model = set()
     _exercise(queue, model, random.Random(seed), 1500)
     assert len(queue.cache) <= capacity
+    queue.flush_deletes()  # deletes of popped timers may be deferred (coalesced into range deletes)
     stored = sorted(decode_record(k, v) for k, v in column.items())
     assert stored == sorted(model)  # the column holds exactly the live timers
     # a new queue over the same column (a restore) sees the same timers, in order
     reopened = ColumnTimerQueue(column, 3, capacity)
     assert list(reopened) == sorted(model) and len(reopened) == len(model)
     assert [reopened.pop() for _ in range(len(model))] == sorted(model) and reopened.pop() is None
+
+
+def test_column_queue_coalesces_the_deletes_of_consecutive_pops(column):
+    for i in range(10):
+        key, value = encode_record(timer(i, "k"))
+        column.put(key, value)
+    queue = ColumnTimerQueue(column, 3, 4)
+    assert [queue.pop().timestamp for _ in range(6)] == list(range(6))
+    queue.add(timer(2, "k"))  # another operation first applies the deferred deletes, then writes
+    assert sorted(decode_record(k, v).timestamp for k, v in column.items()) == [2, 6, 7, 8, 9]
+    assert [queue.pop().timestamp for _ in range(3)] == [2, 6, 7]
+    queue.flush_deletes()
+    assert sorted(decode_record(k, v).timestamp for k, v in column.items()) == [8, 9]
+    reopened = ColumnTimerQueue(column, 3, 4)
+    assert list(reopened) == [timer(8, "k"), timer(9, "k")]
 
 
 def test_column_queue_loads_only_its_head_cache(column):

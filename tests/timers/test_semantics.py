@@ -7,12 +7,12 @@ import threading
 
 import pytest
 
-from conftest import Recorder, snapshot_restore
+from timer_helpers import Recorder, snapshot_restore
 from keyedstate import ValueStateDescriptor
 from keyedstate.keygroups import KeyGroupRange, key_group_for_key
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_of
-from timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, TimerService
+from timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, TimerService, decode_record
 
 V = VOID_NAMESPACE
 
@@ -359,15 +359,39 @@ def test_restore_into_other_key_group_ranges_keeps_exactly_the_owned_timers(setu
     assert sorted(all_fired) == sorted(expected_event | expected_processing)
 
 
-def test_a_heap_timer_snapshot_restores_into_the_rocksdb_timer_storage_and_back(setup):
-    backend, service, rec = make(setup)
-    expected_event, _ = _populate(backend, service, keys=30)
+@pytest.mark.parametrize("first, second", [("heap", "rocksdb"), ("rocksdb", "heap")])
+def test_a_snapshot_of_one_timer_storage_restores_into_the_other(setup, first, second):
+    backend = setup.backend()
+    recorder = Recorder(backend)
+    service = recorder.bind(setup.service(backend, storage=first))
+    expected_event, expected_processing = _populate(backend, service, keys=30)
     (restored,) = snapshot_restore(setup, backend)
-    other = "rocksdb" if setup.storage == "heap" else "heap"
     recorder = Recorder(restored)
-    service2 = recorder.bind(setup.service(restored, storage=other))
+    service2 = recorder.bind(setup.service(restored, storage=second))
+    assert service2.num_event_time_timers() == len(expected_event)
     service2.end_of_input()
-    assert set(recorder.take()) == expected_event
+    service2.advance_processing_time(MAX_WATERMARK)
+    assert set(recorder.take()) == expected_event | expected_processing
+
+
+def test_the_raw_columns_hold_exactly_the_pending_timers_after_an_advance_and_at_snapshots(setup):
+    backend, service, rec = make(setup)
+    _populate(backend, service, keys=40)
+    service.advance_watermark(70)
+    service.advance_processing_time(1_010)
+    columns = ((TimeDomain.EVENT_TIME, "_timer_state/event_user-timers"),
+               (TimeDomain.PROCESSING_TIME, "_timer_state/processing_user-timers"))
+
+    def check():
+        for domain, column in columns:
+            stored = sorted(decode_record(k, v) for k, v in backend.raw_column(column).items())
+            assert stored == sorted(service.timers(domain))
+            assert len(stored) == (80 - 40 if domain is TimeDomain.EVENT_TIME else 40 - 11)
+
+    if setup.storage == "rocksdb":
+        check()  # written through, and the deferred deletes of fired timers were applied at the end of the advance
+    backend.snapshot(1)  # heap: the hook writes the changed key groups
+    check()
 
 
 # ---- 8. end of input -----------------------------------------------------------------------------------------------
@@ -417,3 +441,22 @@ def test_timers_need_a_current_key(setup):
         TimerService(service).register_event_time_timer(1)
     with pytest.raises(NoKeyContextError):
         service.delete_processing_time_timer(V, 1)
+
+
+def test_a_failing_callback_propagates_and_later_timers_fire_at_the_next_advance(setup):
+    backend, service, rec = make(setup)
+
+    def fail_once(fired, timer):
+        if fired.timestamp == 2 and not getattr(fail_once, "done", False):
+            fail_once.done = True
+            raise RuntimeError("user code failed")
+
+    rec.on_fire = fail_once
+    at(backend, "k")
+    for ts in (1, 2, 3):
+        service.register_event_time_timer(V, ts)
+    with pytest.raises(RuntimeError, match="user code failed"):
+        service.advance_watermark(10)
+    assert rec.take() == [(1, "k"), (2, "k")]
+    assert service.advance_watermark(10) == 1
+    assert rec.take() == [(3, "k")]

@@ -1,0 +1,163 @@
+"""Throughput of the keyedstate-kafka source vs Spark's built-in Kafka source vs a raw confluent-kafka loop.
+
+All three read the same topic (4 partitions, KEYEDSTATE_KAFKA_BENCH_RECORDS records of 100-byte values, default
+500,000) from a local KRaft broker started here. Spark runs ``local[2]`` and counts each micro-batch in a
+foreachBatch sink (one batch: Trigger.AvailableNow without maxOffsetsPerTrigger), so query start-up is included.
+The raw loop is one Python process that assigns all partitions and touches key/value/offset/timestamp/headers of
+every message. Records/s are in each benchmark's ``extra_info``; bench/RESULTS-kafka.md has the numbers.
+
+Spark's built-in source comes from ``bash scripts/kafka.sh fetch-spark`` (spark-sql-kafka-0-10 from Maven
+Central, cached in .cache/kafka/spark-jars); without it that benchmark is skipped with the command to run.
+
+Run: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m pytest bench/test_kafka_source.py --benchmark-only``
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+N = int(os.environ.get("KEYEDSTATE_KAFKA_BENCH_RECORDS", "500000"))
+PARTITIONS = 4
+SPARK_JARS = ROOT / ".cache" / "kafka" / "spark-jars"
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+
+
+def _cluster_module():
+    spec = importlib.util.spec_from_file_location("keyedstate_kafka_cluster_bench",
+                                                  ROOT / "scripts" / "kafka" / "cluster.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def broker():
+    lib = ROOT / ".cache" / "kafka" / "lib"
+    if not any(lib.glob("kafka_2.13-*.jar")):
+        subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "fetch"], check=True, timeout=600)
+    cluster = _cluster_module().KafkaCluster(lib, Path(tempfile.mkdtemp(prefix="kafka-bench-")), nodes=1,
+                                             heap_mb=1024)
+    try:
+        cluster.start()
+        yield cluster.bootstrap
+    finally:
+        cluster.stop(kill=True)
+
+
+@pytest.fixture(scope="module")
+def topic(broker) -> str:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"bench-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": broker})
+    admin.create_topics([NewTopic(name, PARTITIONS, 1)])[name].result(60)
+    time.sleep(1)
+    p = Producer({"bootstrap.servers": broker, "linger.ms": 50, "batch.num.messages": 10000,
+                  "compression.type": "lz4", "queue.buffering.max.messages": 1000000})
+    value = b"x" * 100
+    for i in range(N):
+        while True:
+            try:
+                p.produce(name, key=str(i).encode(), value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(120) == 0
+    return name
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    from connectors.kafka import KafkaSource
+
+    builder = (SparkSession.builder.master("local[2]").appName("keyedstate-kafka-bench")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "2g"))
+    if not any(SPARK_JARS.glob("spark-sql-kafka-0-10_*.jar")):  # best effort; the built-in benchmark skips without
+        subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "fetch-spark"], timeout=600, check=False)
+    jars = sorted(glob.glob(str(SPARK_JARS / "*.jar")))
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    session.dataSource.register(KafkaSource)
+    yield session
+    session.stop()
+
+
+def _count_through_spark(spark, fmt: str, options: dict) -> int:
+    counts: list[int] = []
+    ckpt = tempfile.mkdtemp(prefix="kafka-bench-ckpt-")
+    q = (spark.readStream.format(fmt).options(**options).load().writeStream.option("checkpointLocation", ckpt)
+         .foreachBatch(lambda df, _id: counts.append(df.count())).trigger(availableNow=True).start())
+    assert q.awaitTermination(1800)
+    assert q.exception() is None
+    return sum(counts)
+
+
+def _record(benchmark, name: str) -> None:
+    mean = benchmark.stats.stats.mean
+    benchmark.extra_info.update({"records": N, "records_per_s": round(N / mean), "source": name})
+    print(f"\n{name}: {N} records, mean {mean:.2f} s -> {N / mean:,.0f} records/s")
+
+
+def test_keyedstate_kafka_source(benchmark, spark, broker, topic):
+    opts = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest",
+            "commitOffsets": "false"}
+    result = benchmark.pedantic(_count_through_spark, args=(spark, "keyedstate-kafka", opts), rounds=3,
+                                iterations=1, warmup_rounds=1)
+    assert result == N
+    _record(benchmark, "keyedstate-kafka (Spark local[2])")
+
+
+def test_spark_builtin_kafka_source(benchmark, spark, broker, topic):
+    if not any(SPARK_JARS.glob("spark-sql-kafka-0-10_*.jar")):
+        pytest.skip("Spark's Kafka source could not be fetched: run `bash scripts/kafka.sh fetch-spark`")
+    opts = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest"}
+    result = benchmark.pedantic(_count_through_spark, args=(spark, "kafka", opts), rounds=3, iterations=1,
+                                warmup_rounds=1)
+    assert result == N
+    _record(benchmark, "Spark built-in kafka source (Spark local[2])")
+
+
+def _raw_loop(broker: str, topic: str) -> int:
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": broker, "group.id": "bench-raw", "enable.auto.commit": "false",
+                  "enable.partition.eof": "true", "fetch.wait.max.ms": "100", "queued.min.messages": "100000"})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    n, eof = 0, set()
+    while len(eof) < PARTITIONS:
+        for m in c.consume(10000, 1.0):
+            if m.error() is not None:
+                eof.add(m.partition())
+                continue
+            m.key(), m.value(), m.offset(), m.timestamp(), m.headers()
+            n += 1
+    c.close()
+    return n
+
+
+def test_raw_confluent_kafka_loop(benchmark, broker, topic):
+    result = benchmark.pedantic(_raw_loop, args=(broker, topic), rounds=3, iterations=1, warmup_rounds=1)
+    assert result == N
+    _record(benchmark, "raw confluent-kafka consumer loop (1 Python process)")
