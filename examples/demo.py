@@ -12,6 +12,7 @@ import argparse
 import datetime as dt
 import json
 import logging
+import os
 import random
 import shutil
 import tempfile
@@ -64,7 +65,10 @@ def build_spark(shuffle_partitions: int):
 
     from keyedstate.spark import recommended_spark_conf
 
-    builder = SparkSession.builder.master("local[2]").appName("keyedstate-demo").config("spark.ui.enabled", "false")
+    # PySpark's worker concatenates the per-group output frames; pandas warns about all-null side-output columns.
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
+    builder = (SparkSession.builder.master("local[2]").appName("keyedstate-demo").config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
     for key, value in recommended_spark_conf(shuffle_partitions=shuffle_partitions).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -113,8 +117,8 @@ class Progress:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=12)
-    parser.add_argument("--per-batch", type=int, default=5_000, help="ordinary transactions per batch")
-    parser.add_argument("--accounts", type=int, default=3_000)
+    parser.add_argument("--per-batch", type=int, default=4_000, help="ordinary transactions per batch")
+    parser.add_argument("--accounts", type=int, default=5_000)
     parser.add_argument("--key-groups", type=int, default=32)
     parser.add_argument("--shuffle-partitions", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
