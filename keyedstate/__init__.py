@@ -28,6 +28,7 @@ from keyedstate.state import (
     ValueStateDescriptor,
 )
 from keyedstate.state.heap import HeapKeyedStateBackend
+from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from keyedstate.typeinfo import TypeInformation, Types
 
 __version__ = "0.1.0"
@@ -55,6 +56,8 @@ __all__ = [
     "AggregatingState",
     "AggregatingStateDescriptor",
     "HeapKeyedStateBackend",
+    "RocksDBKeyedStateBackend",
+    "RocksDBOptions",
     "KeyGroupRange",
     "ListState",
     "ListStateDescriptor",

@@ -77,6 +77,7 @@ def spark(tmp_path_factory):
 
     from connectors.kafka import KafkaSource
 
+    existing = SparkSession.getActiveSession()  # other suites' session fixtures use the same settings; share it
     session = (
         SparkSession.builder.master("local[2]")
         .appName("keyedstate-kafka-tests")
@@ -88,6 +89,7 @@ def spark(tmp_path_factory):
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
     session.dataSource.register(KafkaSource)
     yield session
     for q in session.streams.active:
@@ -95,4 +97,5 @@ def spark(tmp_path_factory):
             q.stop()
         except Exception:
             pass
-    session.stop()
+    if existing is None:
+        session.stop()
