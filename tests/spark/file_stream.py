@@ -8,6 +8,7 @@ same batches, watermarks and timestamps to a ``KeyedProcessHarness`` — the ora
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,16 @@ class SparkBatch:
     files: list[int]  # indexes of the input files this batch read
 
 
+# Spark's file source takes new files oldest first by modification time; files written in the same instant would
+# be read in any order. Input file i gets mtime BASE + i seconds (within the source's default maxFileAge of 7 days).
+_MTIME_BASE = int(time.time()) - 86_400
+
+
 def write_input(directory: Path, index: int, rows: list[dict]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".part-{index:04d}.json.tmp"
     tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.utime(tmp, (_MTIME_BASE + index, _MTIME_BASE + index))
     tmp.rename(directory / f"part-{index:04d}.json")  # atomic: the source never sees half a file
 
 
