@@ -40,6 +40,34 @@ def _load_cluster_module():
 cluster_mod = _load_cluster_module()
 KafkaCluster = cluster_mod.KafkaCluster
 
+HERE = Path(__file__).resolve().parent
+
+#: Idempotent cleanups of this directory's session-scoped resources (broker, Spark session). They run as soon as
+#: the last test of tests/connectors is done, so the rest of the suite does not run next to an idle broker.
+_CLEANUPS: list[Callable[[], None]] = []
+
+
+def _in_here(item) -> bool:
+    return item is not None and HERE in Path(str(item.path)).resolve().parents
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    if _in_here(item) and not _in_here(nextitem):
+        while _CLEANUPS:
+            _CLEANUPS.pop()()
+
+
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    done = []
+
+    def run() -> None:
+        if not done:
+            done.append(True)
+            fn()
+
+    return run
+
 
 @pytest.fixture(scope="session")
 def kafka_lib() -> Path:
@@ -51,14 +79,20 @@ def kafka_lib() -> Path:
 @pytest.fixture(scope="session")
 def kafka_broker(kafka_lib: Path, tmp_path_factory) -> Iterator["KafkaCluster"]:
     cluster = KafkaCluster(kafka_lib, tmp_path_factory.mktemp("kafka1"), nodes=1)
-    try:
-        cluster.start()
-        yield cluster
-    finally:
+
+    def cleanup() -> None:
         from kafka_helpers import close_clients
 
         close_clients()
         cluster.stop(kill=True)
+
+    cleanup = _once(cleanup)
+    _CLEANUPS.insert(0, cleanup)  # runs after the Spark session is stopped (cleanups pop from the end)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cleanup()
 
 
 @pytest.fixture()
@@ -91,11 +125,17 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     session.conf.set("spark.sql.shuffle.partitions", "2")
     session.dataSource.register(KafkaSource)
-    yield session
-    for q in session.streams.active:
+
+    def cleanup() -> None:
         try:
-            q.stop()
+            for q in session.streams.active:
+                q.stop()
         except Exception:
             pass
-    if existing is None:
-        session.stop()
+        if existing is None:
+            session.stop()
+
+    cleanup = _once(cleanup)
+    _CLEANUPS.append(cleanup)
+    yield session
+    cleanup()
