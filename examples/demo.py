@@ -2,8 +2,7 @@
 
 Generates card transactions (with planted fraud) into a local directory, streams them through ``keyed_process``
 one file per micro-batch, and prints per-batch progress (rows, active keys, timers fired, pending timers, state
-size, batch duration) and the alerts. ``--kafka BOOTSTRAP`` reads the same events from Kafka through keyedstate's
-Kafka source instead (start a broker with `make broker`) and also prints committed offsets and lag per partition.
+size, batch duration) and the alerts.
 """
 
 from __future__ import annotations

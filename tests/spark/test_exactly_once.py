@@ -84,20 +84,20 @@ def test_sigkill_at_three_points_then_restart_gives_the_uninterrupted_result(spa
 
     # 1. Inside process_element of batch 2.
     job = start_job(tmp_path, state_store_provider, PAUSE_BATCH="2", PAUSE_AT="element")
-    wait_until(marker.exists, 240, "the job to pause inside process_element of batch 2")
+    wait_until(marker.exists, 420, "the job to pause inside process_element of batch 2")
     kill_hard(job)
     assert committed_batches(tmp_path) == 2
 
     # 2. Right after a batch committed (whatever the job was doing then).
     job = start_job(tmp_path, state_store_provider)
-    wait_until(lambda: committed_batches(tmp_path) >= 5, 240, "batch 4 to commit")
+    wait_until(lambda: committed_batches(tmp_path) >= 5, 420, "batch 4 to commit")
     kill_hard(job)
 
     # 3. Inside on_timer of a later batch.
     marker.unlink()
     first_timer_batch = committed_batches(tmp_path) + 1
     job = start_job(tmp_path, state_store_provider, PAUSE_BATCH=str(first_timer_batch), PAUSE_AT="timer")
-    wait_until(marker.exists, 240, f"the job to pause inside on_timer of batch {first_timer_batch}")
+    wait_until(marker.exists, 420, f"the job to pause inside on_timer of batch {first_timer_batch}")
     kill_hard(job)
 
     run_to_completion(tmp_path, state_store_provider)
