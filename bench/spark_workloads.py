@@ -567,6 +567,7 @@ def report(path: Path = RESULTS_FILE, plot: Path = REPO_ROOT / "bench" / "spark_
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
 
         fig, ax = plt.subplots(figsize=(7.5, 4.8))
         for variant in sorted({v for v, _ in best}):
@@ -574,13 +575,16 @@ def report(path: Path = RESULTS_FILE, plot: Path = REPO_ROOT / "bench" / "spark_
                             for (v, e), r in best.items() if v == variant and e >= 200_000)
             if not points:
                 continue
-            line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=variant)
+            dashed = any(p[2] for p in points)
+            line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=variant,
+                            linestyle="--" if dashed else "-")
             for x, y, extra in points:
                 if extra:
                     ax.plot([x], [y], marker="o", mfc="white", color=line.get_color())
                     ax.annotate("extrapolated", (x, y), textcoords="offset points", xytext=(-70, 4), fontsize=7)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_xticks([200_000, 2_000_000], ["200k events\n50k keys", "2M events\n500k keys"])
         ax.set_xlabel("events in the one micro-batch")
         ax.set_ylabel("events / s (wall time of the query)")
