@@ -63,5 +63,9 @@ class OutputBuffer:
     def drain_side(self, tag_id: str) -> list[tuple[Any, Optional[int]]]:
         return self.side_outputs.pop(tag_id, [])
 
+    def drain_all_side(self) -> dict[str, list[tuple[Any, Optional[int]]]]:
+        side, self.side_outputs = self.side_outputs, {}
+        return side
+
     def __len__(self) -> int:
         return len(self.records)

@@ -17,7 +17,6 @@ from pyspark.sql.types import (
     DataType,
     IntegerType,
     LongType,
-    StructField,
     StructType,
     TimestampNTZType,
     TimestampType,

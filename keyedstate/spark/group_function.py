@@ -126,11 +126,10 @@ class _GroupRuntime:
             self._process(key_group, batch, where)
         operator.advance_processing_time(now)
         self.backend.cleanup_expired_state()
-        keys_with_state = self._keys_with_state() if self.spec.emit_metrics else 0
+        keys_with_state = self.backend.count_keys_with_state() if self.spec.emit_metrics else 0
         state_bytes = self._persist(key_group, group_state, watermark, now)
         records, _ = operator.outputs.drain()
-        side = operator.outputs.side_outputs
-        operator.outputs.side_outputs = {}
+        side = operator.outputs.drain_all_side()
         if self.spec.emit_metrics:
             side.setdefault(METRICS_TAG, []).append(((
                 key_group, operator.elements_processed - processed_before, operator.timers_fired - fired_before,
@@ -203,12 +202,6 @@ class _GroupRuntime:
             start = end
         backend.clear_current_key()
 
-    def _keys_with_state(self) -> int:
-        prefixes: set[bytes] = set()
-        for registered in self.backend._states.values():
-            prefixes.update(registered.store.data)
-        return len(prefixes)
-
     def _persist(self, key_group: int, group_state: Any, watermark: Optional[int], now: int) -> int:
         """Write the row (or remove it) and Spark's timeout; returns the row's size in bytes."""
         timers = self.operator.timer_service
@@ -243,7 +236,7 @@ class _GroupRuntime:
         self.backend.reset()
         self.operator.timer_service.clear_key_group(key_group)
         self.operator.outputs.drain()
-        self.operator.outputs.side_outputs = {}
+        self.operator.outputs.drain_all_side()
 
 
 _RUNTIMES: dict[str, _GroupRuntime] = {}

@@ -44,7 +44,6 @@ class HarnessSnapshot:
     checkpoint_id: int
     storage_uri: str
     manifests: tuple[Any, ...]
-    watermark: int
     processing_time: int
     max_parallelism: int
     backend_kind: str = field(default="heap")
@@ -201,14 +200,13 @@ class KeyedProcessHarness:
 
     def snapshot(self) -> HarnessSnapshot:
         """Snapshot state and timers (a checkpoint), as Flink does between two records."""
-        operator = self._operator()
+        self._operator()
         self._checkpoint_id += 1
         manifest = self.backend.snapshot(self._checkpoint_id)
         return HarnessSnapshot(
             checkpoint_id=self._checkpoint_id,
             storage_uri=self._checkpoint_dir,
             manifests=(manifest,),
-            watermark=operator.timer_service.current_watermark(),
             processing_time=self._clock(),
             max_parallelism=self.backend.max_parallelism,
             backend_kind=self.backend.backend_kind,

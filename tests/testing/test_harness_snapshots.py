@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
-
 from examples.session_gap import SessionGapFunction
 from keyedstate.keygroups import key_group_for_key, partition_for_key_group
 from keyedstate.testing import KeyedProcessHarness
@@ -59,8 +57,7 @@ def test_restore_into_one_and_into_three_partitions_continues_exactly(backend_ki
     ]
     owner = lambda user: partition_for_key_group(key_group_for_key(user, 128), 3, 128)
     assert sorted(before + run(three, steps[cut:], owner)) == expected
-    # Each partition restored only the timers of the keys it owns.
-    for index, harness in enumerate(three):
+    for harness in three:
         harness.close()
 
 

@@ -203,6 +203,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             logger.debug("TTL cleanup removed %d expired entries", removed)
         return removed
 
+    def count_keys_with_state(self) -> int:
+        """How many (key, namespace) pairs hold an entry in at least one registered state."""
+        stored: set[bytes] = set()
+        for registered in self._states.values():
+            stored.update(registered.store.data)
+        return len(stored)
+
     def state_size(self) -> int:
         """Number of stored entries (map entries and list elements counted one by one)."""
         total = 0
