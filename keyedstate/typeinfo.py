@@ -33,6 +33,12 @@ class TypeInformation:
     def check(self, value: Any) -> bool:
         return value is None or self.accepts(value)
 
+    @property
+    def exact_types(self) -> frozenset[type]:
+        """Types whose instances ``accepts`` always admits, so hot paths can test ``type(value) in exact_types``
+        before paying for the Python call to ``accepts``. Empty when unknown."""
+        return getattr(self.accepts, "exact_types", frozenset())
+
     def __str__(self) -> str:
         return self.name
 
@@ -43,6 +49,16 @@ def _exact(*types: type, allow_bool: bool = False) -> Callable[[Any], bool]:
             return bool in types
         return isinstance(value, types)
 
+    # bool is a subclass of int but only admitted when listed, so it belongs here only when listed.
+    accepts.exact_types = frozenset(types)  # type: ignore[attr-defined]
+    return accepts
+
+
+def _instances_of(cls: type) -> Callable[[Any], bool]:
+    def accepts(value: Any) -> bool:
+        return isinstance(value, cls)
+
+    accepts.exact_types = frozenset((cls,))  # type: ignore[attr-defined]
     return accepts
 
 
@@ -189,7 +205,7 @@ def to_type_information(type_info: Any) -> TypeInformation:
         if factory is not None:
             return factory()
         cls = type_info
-        return TypeInformation(f"{cls.__module__}.{cls.__qualname__}", lambda v: isinstance(v, cls))
+        return TypeInformation(f"{cls.__module__}.{cls.__qualname__}", _instances_of(cls))
     if callable(getattr(type_info, "serialize", None)) and callable(getattr(type_info, "deserialize", None)):
         name = getattr(type_info, "name", None) or type(type_info).__qualname__
         return TypeInformation(f"serializer:{name}", serializer=type_info)

@@ -33,6 +33,7 @@ from typing import Any, Iterator, Optional, Union
 
 from keyedstate.api.time_domain import TimeDomain
 from keyedstate.errors import ConfigurationError, KeyGroupNotOwnedError, SerializationError
+from keyedstate.state.base.backend import KeyedStateBackend
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
 from timers.codec import decode_key_group_blob, encode_key_group_blob
 from timers.column_queue import DEFAULT_CACHE_CAPACITY
@@ -43,6 +44,7 @@ from timers.timer import InternalTimer, Triggerable
 __all__ = ["InternalTimerService", "DEFAULT_SERVICE_NAME"]
 
 _KEY_CACHE_SIZE = 1 << 16
+_BASE_SET_KEY_WITH_PREFIX = KeyedStateBackend.set_current_key_with_prefix
 _new_timer = tuple.__new__  # InternalTimer((...)) through type.__call__ costs ~2x as much
 
 DEFAULT_SERVICE_NAME = "user-timers"
@@ -112,10 +114,11 @@ class InternalTimerService:
         # the body of _timer, inlined: this runs once per registration
         if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
             timestamp = to_epoch_millis(timestamp)
-        prefix = self.backend._current_prefix  # the base backend's field (hot path); None without a current key
+        backend = self.backend
+        prefix = backend._current_prefix  # the base backend's fields (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._event_add(_new_timer(InternalTimer, (timestamp, prefix, namespace, (prefix[0] << 8) | prefix[1])))
+        self._event_add(_new_timer(InternalTimer, (timestamp, prefix, namespace, backend._current_key_group)))
 
     def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
@@ -126,10 +129,11 @@ class InternalTimerService:
         # the body of _timer, inlined: this runs once per registration
         if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
             timestamp = to_epoch_millis(timestamp)
-        prefix = self.backend._current_prefix  # the base backend's field (hot path); None without a current key
+        backend = self.backend
+        prefix = backend._current_prefix  # the base backend's fields (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._processing_add(_new_timer(InternalTimer, (timestamp, prefix, namespace, (prefix[0] << 8) | prefix[1])))
+        self._processing_add(_new_timer(InternalTimer, (timestamp, prefix, namespace, backend._current_key_group)))
 
     def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
@@ -185,21 +189,29 @@ class InternalTimerService:
         set_key_from_prefix = backend.set_current_key_from_prefix
         set_key_with_prefix = self._set_key_with_prefix
         keys = self._keys
+        direct = getattr(type(backend), "set_current_key_with_prefix", None) is _BASE_SET_KEY_WITH_PREFIX
         fired = 0
+        steps = domain.queue.due(limit)
         try:
-            for timer in domain.queue.due(limit):
+            for timer in steps:
                 prefix = timer[1]
-                key = keys.get(prefix)
-                if key is None:
-                    if len(keys) >= _KEY_CACHE_SIZE:
-                        keys.clear()
-                    keys[prefix] = set_key_from_prefix(prefix)
-                else:
-                    set_key_with_prefix(key, prefix)
+                if prefix is not backend._current_prefix:  # consecutive timers of one key keep its context
+                    key = keys.get(prefix)
+                    if key is None:
+                        if len(keys) >= _KEY_CACHE_SIZE:
+                            keys.clear()
+                        keys[prefix] = set_key_from_prefix(prefix)
+                    elif direct:  # the base backend's own three fields, without a call per timer
+                        backend._current_key = key
+                        backend._current_key_group = timer[3]
+                        backend._current_prefix = prefix
+                    else:
+                        set_key_with_prefix(key, prefix)
                 self.current_namespace = timer[2]
                 callback(timer)
                 fired += 1
         finally:
+            steps.close()  # after a callback raised, the queue takes back the due timers it has not fired
             if self.storage is TimerStorage.ROCKSDB:
                 domain.flush()  # the deferred deletes of the fired timers
         return fired

@@ -34,7 +34,7 @@ __all__ = [
 class State:
     """Common base: the descriptor, the store and the namespace of one registered state."""
 
-    __slots__ = ("_descriptor", "_codec", "_store", "_backend", "_namespace", "_accepts", "_ttl", "_return_expired",
+    __slots__ = ("_descriptor", "_codec", "_store", "_backend", "_namespace", "_accepts", "_exact_types", "_ttl", "_return_expired",
                  "_update_on_read")
 
     def __init__(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any, backend: Any) -> None:
@@ -45,6 +45,7 @@ class State:
         self._namespace = VOID_NAMESPACE
         accepts = descriptor.type_info.accepts
         self._accepts = None if descriptor.type_info.name == "ANY" else accepts
+        self._exact_types = descriptor.type_info.exact_types
         ttl = descriptor.ttl_config
         self._ttl = ttl.ttl_millis if ttl else 0
         self._return_expired = bool(ttl and ttl.return_expired)
@@ -60,7 +61,7 @@ class State:
 
     def _check(self, value: Any) -> None:
         accepts = self._accepts
-        if accepts is not None and value is not None and not accepts(value):
+        if accepts is not None and value is not None and type(value) not in self._exact_types and not accepts(value):
             self._codec.check_write(value)
 
     def _now(self) -> int:
@@ -87,7 +88,7 @@ class ValueState(State):
             self._store.delete(self._namespace)
             return
         accepts = self._accepts
-        if accepts is not None and not accepts(value):
+        if accepts is not None and type(value) not in self._exact_types and not accepts(value):
             self._codec.check_write(value)
         self._store.put(self._namespace, value)
 

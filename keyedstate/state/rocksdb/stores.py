@@ -80,7 +80,7 @@ class RocksDBValueStore(_RocksStore, ValueStore):
     builds the error messages) only when either fails, saving three Python calls per read and one per write.
     """
 
-    __slots__ = ("_fast_deserialize", "_fast_serialize", "_accepts")
+    __slots__ = ("_fast_deserialize", "_fast_serialize", "_accepts", "_exact_types")
 
     def __init__(self, backend: Any, family_name: str, codec: EntryCodec, name: str) -> None:
         super().__init__(backend, family_name, codec, name)
@@ -88,6 +88,7 @@ class RocksDBValueStore(_RocksStore, ValueStore):
         self._fast_deserialize = self._deserialize if codec.has_ttl else type_info.serializer.deserialize
         self._fast_serialize = self._serialize if codec.has_ttl else type_info.serializer.serialize
         self._accepts = None if codec.has_ttl or type_info.name == "ANY" else type_info.accepts
+        self._exact_types = type_info.exact_types
 
     def get(self, namespace: bytes) -> Any:
         try:
@@ -104,7 +105,7 @@ class RocksDBValueStore(_RocksStore, ValueStore):
         except Exception:
             return self._deserialize(data)  # raises the codec's error naming the state
         accepts = self._accepts
-        if accepts is None or value is None or accepts(value):
+        if accepts is None or type(value) in self._exact_types or value is None or accepts(value):
             return value
         return self._deserialize(data)  # raises StateTypeMismatchError naming the state and both types
 

@@ -1,0 +1,108 @@
+"""Bulk firing of the heap queue (``HeapPartitionedTimerQueue.due``) behaves exactly like popping one by one.
+
+The reference is the generic partitioned queue over the same heap queues, which pops one timer per step. Callbacks
+register, delete and re-register timers (some due before the next taken one), and sometimes raise.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from keyedstate.serialization import encode_key
+from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
+from timers import HeapPartitionedTimerQueue, HeapTimerQueue, KeyGroupPartitionedTimerQueue, make_timer
+from timers.partitioned import _sort_timers
+
+
+def timer(ts, key, key_group):
+    return make_timer(ts, key_group_prefix(key_group) + encode_key(key), VOID_NAMESPACE)
+
+
+class Boom(Exception):
+    pass
+
+
+def run_scenario(queue, seed):
+    """Register timers, then advance in steps; each fired timer triggers random registrations and deletions."""
+    rng = random.Random(seed)
+    pool = [timer(rng.randrange(0, 400), f"k{rng.randrange(60)}", rng.randrange(6)) for _ in range(300)]
+    for item in pool:
+        queue.add(item)
+    fired = []
+    for limit in (50, 50, 180, 400, 10**6):
+        steps = queue.due(limit)
+        try:
+            for item in steps:
+                fired.append(item)
+                action = rng.random()
+                if action < 0.25:  # register one due before most taken timers
+                    queue.add(timer(item[0] + rng.randrange(0, 5), f"n{rng.randrange(40)}", rng.randrange(6)))
+                elif action < 0.45:  # delete a registered timer, possibly one taken and not fired yet
+                    queue.remove(rng.choice(pool))
+                elif action < 0.55:  # re-register a timer that may be pending
+                    queue.add(rng.choice(pool))
+                elif action < 0.57:
+                    raise Boom
+                fired.append(("count", queue.count()))
+        except Boom:
+            fired.append("boom")
+        finally:
+            steps.close()
+        fired.append(("after", limit, queue.count(), sorted(queue)))
+    return fired
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bulk_firing_equals_one_by_one(seed):
+    reference = KeyGroupPartitionedTimerQueue(lambda key_group: HeapTimerQueue())
+    assert run_scenario(HeapPartitionedTimerQueue(), seed) == run_scenario(reference, seed)
+
+
+def test_a_timer_deleted_by_a_callback_before_its_turn_does_not_fire():
+    queue = HeapPartitionedTimerQueue()
+    first, second, third = timer(1, "a", 0), timer(2, "b", 1), timer(3, "c", 2)
+    for item in (first, second, third):
+        queue.add(item)
+    fired = []
+    for item in queue.due(10):
+        fired.append(item)
+        if item == first:
+            queue.remove(third)
+            assert queue.count() == 1  # only ``second`` is still pending
+    assert fired == [first, second] and queue.count() == 0
+
+
+def test_timers_left_after_a_callback_raises_fire_at_the_next_advance_in_order():
+    queue = HeapPartitionedTimerQueue()
+    timers = [timer(ts, f"k{ts}", ts % 5) for ts in range(100)]
+    for item in reversed(timers):
+        queue.add(item)
+    steps = queue.due(1000)
+    assert [next(steps) for _ in range(10)] == timers[:10]
+    steps.close()  # what happens when the callback of the tenth timer raises
+    assert queue.count() == 90 and queue.peek() == timers[10]
+    assert list(queue.due(1000)) == timers[10:]
+
+
+def test_pending_taken_timers_are_visible_to_inspection_during_firing():
+    queue = HeapPartitionedTimerQueue()
+    timers = [timer(ts, "k", 7) for ts in (5, 6, 7)]
+    for item in timers:
+        queue.add(item)
+    steps = queue.due(10)
+    assert next(steps) == timers[0]
+    assert queue.count(7) == 2 and list(queue.timers_of(7)) == timers[1:] and queue.earliest(7) == timers[1]
+    assert queue.key_groups() == [7] and list(queue) == timers[1:] and queue.peek() == timers[1]
+    assert list(steps) == timers[1:]
+
+
+def test_sorting_breaks_timestamp_ties_by_key_group_key_and_namespace():
+    rng = random.Random(3)
+    timers = [timer(rng.randrange(4), f"k{rng.randrange(50)}", rng.randrange(9)) for _ in range(2000)]
+    timers = list(dict.fromkeys(timers))
+    shuffled = timers[:]
+    rng.shuffle(shuffled)
+    _sort_timers(shuffled)
+    assert shuffled == sorted(timers)
