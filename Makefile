@@ -28,8 +28,24 @@ test: venv kafka-jars
 demo: venv
 	$(PY) -m examples.demo
 
+# Needs `make broker` first; KAFKA_BOOTSTRAP overrides the address it printed.
+.PHONY: demo-kafka
+demo-kafka: venv
+	$(PY) -m examples.demo --kafka --bootstrap-servers "$${KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
+
+# One run of every benchmark suite (~35-40 min idle; see bench/run.py), then bench/RESULTS.md + plots from its JSON
+# in bench/results/. BENCH_ARGS: e.g. --profile smoke --results-dir /tmp/r --report-dir /tmp/r (a pipeline check).
+.PHONY: bench-full bench-report
 bench: venv kafka-jars
-	$(PY) -m pytest bench --benchmark-only $(PYTEST_ARGS)
+	$(PY) bench/run.py --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" $(BENCH_ARGS)
+
+# The complete matrix: adds per_key and PyFlink at 2M events (~2.5 h).
+bench-full: venv kafka-jars
+	$(PY) bench/run.py --profile full --command "make bench-full$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" $(BENCH_ARGS)
+
+# Regenerate bench/RESULTS.md and its plots from the stored results, without measuring.
+bench-report: venv
+	$(PY) bench/report.py $(BENCH_REPORT_ARGS)
 
 broker: kafka-jars
 	bash scripts/kafka.sh start

@@ -3,6 +3,10 @@
 Generates card transactions (with planted fraud) into a local directory, streams them through ``keyed_process``
 one file per micro-batch, and prints per-batch progress (rows, active keys, timers fired, pending timers, state
 size, batch duration) and the alerts.
+
+With ``--kafka`` (`make demo-kafka`) the same transactions are produced into a Kafka topic on a running broker
+(`make broker`) in waves and read with the ``keyedstate-kafka`` source; every batch also prints the consumer group's
+committed offset, end offset and lag per partition (see ``examples/demo_kafka.py``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import logging
 import os
 import random
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -80,7 +85,7 @@ class Progress:
 
     def __init__(self) -> None:
         self.batches: dict[int, dict[str, Any]] = {}
-        self.alerts = 0
+        self.alerts: list[tuple[str, str, float, int]] = []
 
     def on_batch(self, output, batch_id: int) -> None:
         from keyedstate.spark import METRICS_TAG, main_output, side_output
@@ -90,14 +95,15 @@ class Progress:
             "elements", "timers_fired", "keys_with_state", "pending_timers", "state_bytes").collect()[0]
         alerts = main_output(output, ALERT_SCHEMA).orderBy("event_time_ms").collect()
         output.unpersist()
-        self.alerts += len(alerts)
+        self.alerts.extend((a.account_id, a.rule, a.amount, a.event_time_ms) for a in alerts)
         self.batches[batch_id] = {"metrics": [m or 0 for m in metrics], "alerts": alerts}
 
-    def report(self, progress: dict[str, Any]) -> None:
+    def report(self, progress: dict[str, Any]) -> bool:
+        """Print the batch's lines; False when foreachBatch did not see the batch (nothing printed)."""
         batch_id = progress["batchId"]
         entry = self.batches.pop(batch_id, None)
         if entry is None:
-            return
+            return False
         elements, fired, keys, pending, state_bytes = entry["metrics"]
         print(
             f"batch {batch_id:>3}: rows={progress['numInputRows']:>6} processed={elements:>6} active_keys={keys:>6} "
@@ -111,19 +117,48 @@ class Progress:
             print(f"    ALERT {alert.rule:<16} account {alert.account_id} amount {alert.amount:9.2f} at {at:%H:%M:%S}")
         if len(entry["alerts"]) > 3:
             print(f"    ... and {len(entry['alerts']) - 3} more alerts")
+        return True
+
+    def finish(self, started: float, batches: int, alerts_out: str | None) -> None:
+        by_rule: dict[str, int] = {}
+        for _, rule, _, _ in self.alerts:
+            by_rule[rule] = by_rule.get(rule, 0) + 1
+        rules = ", ".join(f"{rule}={n}" for rule, n in sorted(by_rule.items()))
+        print(f"done in {time.monotonic() - started:.1f}s: {batches} batches, {len(self.alerts)} alerts"
+              + (f" ({rules})" if rules else ""), flush=True)
+        if alerts_out:
+            # Sorted so runs that batch the same data differently write identical files.
+            Path(alerts_out).write_text("".join(json.dumps(list(a)) + "\n" for a in sorted(self.alerts)))
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=int, default=12)
+    parser.add_argument("--batches", type=int, default=12, help="micro-batches (file mode) or produced waves (Kafka)")
     parser.add_argument("--per-batch", type=int, default=4_000, help="ordinary transactions per batch")
     parser.add_argument("--accounts", type=int, default=5_000)
     parser.add_argument("--key-groups", type=int, default=32)
     parser.add_argument("--shuffle-partitions", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--workdir", help="where input and checkpoint go (default: a temporary directory)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--alerts-out", help="also write every alert as a JSON line [account, rule, amount, ms]")
+    kafka = parser.add_argument_group("Kafka input (start a broker first: make broker)")
+    kafka.add_argument("--kafka", action="store_true", help="produce the transactions into Kafka and read them back "
+                       "with the keyedstate-kafka source")
+    kafka.add_argument("--bootstrap-servers", default="127.0.0.1:9092", help="default: %(default)s")
+    kafka.add_argument("--topic", default="keyedstate-demo-transactions", help="created if missing (default: "
+                       "%(default)s)")
+    kafka.add_argument("--partitions", type=int, default=4, help="partitions of a newly created topic")
+    kafka.add_argument("--group-id", default="keyedstate-demo", help="consumer group the query commits to")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    if args.kafka:
+        from examples.demo_kafka import run_kafka_demo
+
+        return run_kafka_demo(args)
 
     from keyedstate.spark import keyed_process
 
@@ -162,9 +197,16 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)
-    print(f"done in {time.monotonic() - started:.1f}s: {reported + 1} batches, {progress.alerts} alerts", flush=True)
+    progress.finish(started, reported + 1, args.alerts_out)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from keyedstate.errors import KeyedStateError
+
+    try:
+        raise SystemExit(main())
+    except KeyedStateError as error:
+        # Our errors carry the fix in their message; a traceback would bury it.
+        print(f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
