@@ -16,8 +16,9 @@ Variants (same input, same Spark conf, same output schema ``key STRING, count BI
 State-heavy: a few keys, each holding a 10,000-entry MapState; batch 0 fills the maps, every later batch touches
 (get + put) ``TOUCHES_PER_KEY`` entries of every key. Variants ``keyed_process`` and ``tws``.
 
-``python bench/spark_workloads.py report`` turns ``.cache/spark-bench/results.jsonl`` (written by the benchmark)
-into the tables of bench/RESULTS-spark.md and bench/spark_scaling.png.
+Every round is appended to ``$SPARK_BENCH_RESULTS`` (default .cache/spark-bench/results.jsonl; ``make bench`` points
+it at bench/results/spark.jsonl); bench/report.py turns it into the Spark tables of bench/RESULTS.md and
+bench/spark_scaling.png.
 """
 
 from __future__ import annotations
@@ -396,8 +397,10 @@ def load_average() -> float:
 
 
 def record(result: dict) -> None:
-    RESULTS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    with open(RESULTS_FILE, "a") as out:
+    # make bench points this at its run's results directory so the report reads only this run's rounds
+    path = Path(os.environ.get("SPARK_BENCH_RESULTS", RESULTS_FILE))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as out:
         out.write(json.dumps(result) + "\n")
 
 
@@ -495,109 +498,6 @@ def heavy_source(spark, directory: Path):
     return spark.readStream.schema(HEAVY_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(directory))
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# report: tables and plot from results.jsonl
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def _load_results(path: Path = RESULTS_FILE) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def _best_rounds(results: list[dict]) -> dict[tuple[str, int], dict]:
-    """The fastest round per (variant, events), with every round's seconds; variants measured at 200k but not at 2M
-    get a 2M entry extrapolated linearly (x10: their cost is per key and per event), marked as such."""
-    best: dict[tuple[str, int], dict] = {}
-    for r in results:
-        if r["workload"] not in ("count", "flink"):
-            continue
-        key = (r["variant"], r["events"])
-        rounds = best.get(key, {}).get("all_rounds", []) + [r["wall_s"]]
-        if key not in best or r["wall_s"] < best[key]["wall_s"]:
-            best[key] = dict(r)
-        best[key]["all_rounds"] = rounds
-    for (variant, events), r in list(best.items()):
-        if events == 200_000 and (variant, 2_000_000) not in best:
-            best[(variant, 2_000_000)] = dict(r, events=2_000_000, keys=500_000, wall_s=r["wall_s"] * 10,
-                                              addBatch_s=None, all_rounds=[], extrapolated=True, load=float("nan"))
-    return best
-
-
-def report(path: Path = RESULTS_FILE, plot: Path = REPO_ROOT / "bench" / "spark_scaling.png") -> str:
-    results = _load_results(path)
-    lines: list[str] = []
-    best = _best_rounds(results)
-    sizes = sorted({events for _, events in best if events >= 200_000})
-    for events in sizes:
-        rows = [r for (v, e), r in best.items() if e == events]
-        kp = best.get(("keyed_process", events))
-        lines.append(f"### {events:,} events over {rows[0]['keys']:,} keys\n")
-        lines.append("| variant | events | keys | seconds (best round) | all rounds (s) | addBatch s | events/s | "
-                     "variant s / keyed_process s | load avg (1 min) at start |")
-        lines.append("|---|---:|---:|---:|---|---:|---:|---:|---:|")
-        for r in sorted(rows, key=lambda r: r["wall_s"]):
-            add = r.get("addBatch_s")
-            ratio = r["wall_s"] / kp["wall_s"] if kp else float("nan")
-            extra = r.get("extrapolated", False)
-            name = r["variant"] + (" (extrapolated: 10 x 200k)" if extra else "")
-            seconds = f"~{r['wall_s']:,.0f}" if extra else f"{r['wall_s']:.1f}"
-            lines.append(
-                f"| {name} | {r['events']:,} | {r['keys']:,} | {seconds} | "
-                f"{', '.join(f'{x:.1f}' for x in r['all_rounds']) or '-'} | {'-' if add is None else f'{add:.1f}'} | "
-                f"{'~' if extra else ''}{r['events'] / r['wall_s']:,.0f} | {ratio:.2f} | "
-                f"{'-' if extra else format(r.get('load', float('nan')), '.1f')} |")
-        lines.append("")
-    heavy = [r for r in results if r["workload"] == "heavy"]
-    if heavy:
-        lines.append("### State-heavy: per-batch time (triggerExecution)\n")
-        lines.append("| variant | keys x entries | touches per key and batch | batch 0 (fill) s | median later batch s "
-                     "| later batches s | load avg |")
-        lines.append("|---|---|---:|---:|---:|---|---:|")
-        for r in heavy:
-            later = [b["trigger_ms"] / 1000 for b in r["batches"][1:]]
-            lines.append(
-                f"| {r['variant']} | {r['keys']} x {r['entries']:,} | {r['touches']:,} | "
-                f"{r['batches'][0]['trigger_ms'] / 1000:.2f} | {float(np.median(later)) if later else float('nan'):.2f} | "
-                f"{', '.join(f'{x:.2f}' for x in later)} | {r.get('load', float('nan')):.1f} |")
-        lines.append("")
-    if best:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-
-        fig, ax = plt.subplots(figsize=(7.5, 4.8))
-        for variant in sorted({v for v, _ in best}):
-            points = sorted((e, r["events"] / r["wall_s"], r.get("extrapolated", False))
-                            for (v, e), r in best.items() if v == variant and e >= 200_000)
-            if not points:
-                continue
-            dashed = any(p[2] for p in points)
-            line, = ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=variant,
-                            linestyle="--" if dashed else "-")
-            for x, y, extra in points:
-                if extra:
-                    ax.plot([x], [y], marker="o", mfc="white", color=line.get_color())
-                    ax.annotate("extrapolated", (x, y), textcoords="offset points", xytext=(-70, 4), fontsize=7)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        ax.set_xticks([200_000, 2_000_000], ["200k events\n50k keys", "2M events\n500k keys"])
-        ax.set_xlabel("events in the one micro-batch")
-        ax.set_ylabel("events / s (wall time of the query)")
-        ax.set_title("count-with-timeout, local[2], one micro-batch (hollow = extrapolated)")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(plot, dpi=110)
-    return "\n".join(lines)
-
-
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "report":
-        print(report())
-    elif len(sys.argv) > 2 and sys.argv[1] == "csv":
+    if len(sys.argv) > 2 and sys.argv[1] == "csv":
         print(ensure_count_csv(SIZES[sys.argv[2]]))

@@ -2,10 +2,12 @@
 
 Per round: 200,000 elements over 100,000 keys (each registers an event-time timer), then a watermark that fires
 every timer. Reported as elements per second in bench/RESULTS.md.
+``KEYEDSTATE_BENCH_SMOKE=1`` shrinks the input to check the pipeline only.
 """
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -13,8 +15,10 @@ import pytest
 from examples.count_with_timeout import CountWithTimeoutFunction
 from keyedstate.testing import KeyedProcessHarness
 
-KEYS = 100_000
-ELEMENTS = 200_000
+SMOKE = os.environ.get("KEYEDSTATE_BENCH_SMOKE") == "1"
+KEYS = 2_500 if SMOKE else 100_000
+ELEMENTS = 5_000 if SMOKE else 200_000
+ROUNDS = 1 if SMOKE else 3
 
 
 @pytest.fixture(scope="module")
@@ -38,4 +42,4 @@ def test_count_with_timeout_harness_throughput(benchmark, backend, elements):
         assert emitted > 0.6 * KEYS  # every key that got an element emits once
 
     benchmark.extra_info.update({"elements": ELEMENTS, "keys": KEYS, "backend": backend})
-    benchmark.pedantic(run, setup=setup, rounds=3, iterations=1)
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS, iterations=1)

@@ -1,6 +1,7 @@
 """Spark end-to-end benchmarks: keyed_process vs hand-written applyInPandasWithState (per key, per hash bucket) vs
 transformWithStateInPandas vs PyFlink, on count-with-timeout; and keyed_process vs transformWithStateInPandas on a
-state-heavy workload. Workloads and variants: bench/spark_workloads.py. Results: bench/RESULTS-spark.md.
+state-heavy workload. Workloads and variants: bench/spark_workloads.py. Results: bench/RESULTS.md
+(``make bench``).
 
     PYSPARK_PYTHON=$PWD/.venv/bin/python PYTHONPATH=$PWD \\
         .venv/bin/python -m pytest bench/test_spark_bench.py --benchmark-only -s
@@ -8,14 +9,18 @@ state-heavy workload. Workloads and variants: bench/spark_workloads.py. Results:
 Environment knobs (all optional):
     SPARK_BENCH_SIZES     comma list of smoke,200k,2M   (default: 200k,2M; CI/smoke: smoke)
     SPARK_BENCH_VARIANTS  comma list of keyed_process,per_key,bucketed,tws,flink   (default: all)
-    SPARK_BENCH_ROUNDS    rounds per (size, variant)   (default: 2 for 200k and smaller, 1 for 2M)
+    SPARK_BENCH_2M_VARIANTS  Spark variants run at 2M (default: keyed_process,bucketed,tws; per_key at 2M takes
+                          ~16 min, ``make bench-full`` adds it)
+    SPARK_BENCH_ROUNDS    rounds per (size, variant)   (default: 2 for 200k and smaller, 1 for 2M; 1 for per_key
+                          and PyFlink, whose single 200k round already costs ~1.5 and ~8 min)
     SPARK_BENCH_FLINK_SIZES  sizes PyFlink runs (default: smoke,200k; 2M takes over an hour at ~400 events/s)
+    SPARK_BENCH_RESULTS   the jsonl every round is appended to (default .cache/spark-bench/results.jsonl)
     SPARK_BENCH_HEAVY     0 to skip the state-heavy workload
 
 Every round is one fresh query (fresh checkpoint directory) that reads all the input in ONE micro-batch
 (trigger availableNow, no extra no-data batch) into the noop sink. pytest-benchmark measures the wall time from
 ``start()`` to the query's end; Spark's ``durationMs.addBatch`` is recorded alongside. Every round is also appended
-to .cache/spark-bench/results.jsonl, which ``python bench/spark_workloads.py report`` turns into tables and a plot.
+to $SPARK_BENCH_RESULTS, which bench/report.py turns into the tables and plots of bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -47,13 +52,15 @@ def _env_list(name: str, default: str) -> list[str]:
 
 SELECTED_SIZES = _env_list("SPARK_BENCH_SIZES", "200k,2M")
 SELECTED_VARIANTS = _env_list("SPARK_BENCH_VARIANTS", "keyed_process,per_key,bucketed,tws,flink")
+VARIANTS_AT_2M = _env_list("SPARK_BENCH_2M_VARIANTS", "keyed_process,bucketed,tws")
 RUN_ID = time.strftime("%Y%m%dT%H%M%S")
 
 
-def _rounds(size: W.Size) -> int:
+def _rounds(size: W.Size, variant: str) -> int:
     if "SPARK_BENCH_ROUNDS" in os.environ:
         return int(os.environ["SPARK_BENCH_ROUNDS"])
-    return 1 if size.events >= 1_000_000 else 2
+    # one round where a round takes minutes (the time budget of make bench); two where a second is cheap
+    return 1 if size.events >= 1_000_000 or variant in ("per_key", "pyflink") else 2
 
 
 @pytest.fixture(scope="module")
@@ -136,9 +143,11 @@ COUNT_CASES = [(s, v) for s in ["smoke", "200k", "2M"] for v in ["keyed_process"
 def test_count_with_timeout(benchmark, spark, scratch, size_name, variant):
     if size_name not in SELECTED_SIZES or variant not in SELECTED_VARIANTS:
         pytest.skip("not selected (SPARK_BENCH_SIZES / SPARK_BENCH_VARIANTS)")
+    if size_name == "2M" and variant not in VARIANTS_AT_2M:
+        pytest.skip("not selected at 2M (SPARK_BENCH_2M_VARIANTS)")
     size = W.SIZES[size_name]
     directory = W.ensure_count_input(size)
-    rounds = _rounds(size)
+    rounds = _rounds(size, variant)
     counter = iter(range(1_000))
 
     def setup():
@@ -168,7 +177,7 @@ def test_count_with_timeout(benchmark, spark, scratch, size_name, variant):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(10800)  # PyFlink at 2M (make bench-full) takes ~85 min at ~400 events/s
 @pytest.mark.parametrize("size_name", ["smoke", "200k", "2M"])
 def test_count_with_timeout_pyflink(benchmark, size_name):
     # smoke always runs with PyFlink: its time is the job's fixed cost (mini-cluster and Python worker start).
@@ -187,7 +196,7 @@ def test_count_with_timeout_pyflink(benchmark, size_name):
         load = W.load_average()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
         completed = subprocess.run([str(python), str(FLINK_SCRIPT), str(csv), str(size.keys)], env=env,
-                                   capture_output=True, text=True, timeout=3000)
+                                   capture_output=True, text=True, timeout=10000)
         if completed.returncode != 0:
             raise RuntimeError(f"PyFlink job failed ({completed.returncode}):\n{completed.stderr[-4000:]}")
         summary = json.loads(completed.stdout.strip().splitlines()[-1])
@@ -199,7 +208,7 @@ def test_count_with_timeout_pyflink(benchmark, size_name):
         print(f"\n[spark-bench] {json.dumps(row)}", flush=True)
         benchmark.extra_info.setdefault("rounds", []).append(row)
 
-    benchmark.pedantic(run, rounds=_rounds(size), iterations=1)
+    benchmark.pedantic(run, rounds=_rounds(size, "pyflink"), iterations=1)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """State primitive throughput on the heap and RocksDB backends, with a raw rocksdict loop as the reference.
 
 Each benchmark runs OPS operations per round, so ops/s = OPS / mean. Run with ``make bench`` or
-``python -m pytest bench/test_state_bench.py --benchmark-only``; results are in bench/RESULTS-state.md.
+``python -m pytest bench/test_state_bench.py --benchmark-only``; results are in bench/RESULTS.md.
+``KEYEDSTATE_BENCH_SMOKE=1`` shrinks operations and rounds to check the pipeline only.
 The target: RocksDB ValueState value()+update() at >= 0.5x the raw rocksdict get+put loop.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import rocksdict
@@ -14,8 +17,11 @@ from keyedstate import ListStateDescriptor, MapStateDescriptor, ValueStateDescri
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
 
-OPS = 10_000
+SMOKE = os.environ.get("KEYEDSTATE_BENCH_SMOKE") == "1"
+OPS = 1_000 if SMOKE else 10_000
 KEYS = 1_000
+ROUNDS = 3 if SMOKE else 20
+RATIO_ROUNDS = 3 if SMOKE else 15
 
 
 @pytest.fixture(params=["heap", "rocksdb"])
@@ -29,7 +35,8 @@ def backend(request, tmp_path):
 
 
 def _rounds(benchmark, function) -> None:
-    benchmark.pedantic(function, rounds=20, iterations=1, warmup_rounds=2)
+    benchmark.extra_info["ops_per_round"] = OPS  # the report turns round times into ops/s with it
+    benchmark.pedantic(function, rounds=ROUNDS, iterations=1, warmup_rounds=2)
 
 
 @pytest.mark.parametrize("key_count", [1, KEYS], ids=["one-key", "1000-keys"])
@@ -160,7 +167,9 @@ def test_value_state_to_raw_rocksdict_ratio(benchmark, tmp_path):
             loop()
             seconds[name].append(time.perf_counter() - started)
 
-    benchmark.pedantic(one_round, rounds=15, iterations=1, warmup_rounds=1)
+    benchmark.pedantic(one_round, rounds=RATIO_ROUNDS, iterations=1, warmup_rounds=1)
+    benchmark.extra_info["ops_per_round"] = OPS
+    benchmark.extra_info["rounds"] = RATIO_ROUNDS
     for name in ("raw+codec", "store", "state"):
         ratios = [raw_time / time_ for raw_time, time_ in zip(seconds["raw"], seconds[name])]
         benchmark.extra_info[f"ratio_median[{name}]"] = round(statistics.median(ratios), 3)

@@ -1,5 +1,6 @@
 """Timer service benchmarks (pytest-benchmark). Run: ``.venv/bin/python -m pytest bench/test_timers_bench.py
---benchmark-only``; numbers and the machine are in ``bench/RESULTS-timers.md``.
+--benchmark-only``; numbers and the machine are in ``bench/RESULTS.md`` (``make bench``).
+``KEYEDSTATE_BENCH_SMOKE=1`` shrinks timer counts and repetitions to check the pipeline only.
 
 * ``test_register_and_fire[...]``: register N timers over N/10 keys, then fire them all with one watermark advance.
   The reference, ``heapq``, is a plain ``heappush`` / ``heappop`` loop over ``(timestamp, key)`` tuples in the same
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import os
 import random
 import tracemalloc
 
@@ -27,8 +29,10 @@ from keyedstate.state.heap import HeapKeyedStateBackend
 from timers import MAX_WATERMARK, InternalTimerService, TimeDomain, make_timer
 from timers.partitioned import HeapPartitionedTimerQueue
 
-N = 100_000
+SMOKE = os.environ.get("KEYEDSTATE_BENCH_SMOKE") == "1"
+N = 10_000 if SMOKE else 100_000
 TIMERS_PER_KEY = 10
+INTERLEAVED_REPEATS = 2 if SMOKE else 9
 
 
 def _workload(n=N, seed=1):
@@ -74,6 +78,7 @@ def _heapq_reference():
 @pytest.mark.parametrize("kind", ["heapq", "heap", "rocksdb"])
 def test_register_and_fire(benchmark, kind, tmp_path):
     benchmark.group = f"register+fire {N} timers"
+    benchmark.extra_info.update(timers=N, keys=N // TIMERS_PER_KEY)
     if kind == "heapq":
         assert benchmark.pedantic(_heapq_reference, rounds=5, iterations=1) == N
         return
@@ -153,7 +158,7 @@ def test_heap_timers_vs_heapq_interleaved(benchmark):
         "queue": queue_level,
     }
     best = dict.fromkeys(runs, float("inf"))
-    for _ in range(9):
+    for _ in range(INTERLEAVED_REPEATS):
         for name, run in runs.items():
             gc.collect()
             start = time.process_time()
@@ -162,10 +167,11 @@ def test_heap_timers_vs_heapq_interleaved(benchmark):
     service_ratio = best["heapq"] / best["service"]
     queue_ratio = best["heapq_on_timers"] / best["queue"]
     benchmark.extra_info.update({f"{k}_best_cpu_s": round(v, 4) for k, v in best.items()})
-    benchmark.extra_info.update(service_ratio=round(service_ratio, 3), queue_ratio=round(queue_ratio, 3))
+    benchmark.extra_info.update(service_ratio=round(service_ratio, 3), queue_ratio=round(queue_ratio, 3),
+                                timers=N, repeats=INTERLEAVED_REPEATS)
     print(
         f"\nheap timer service: {service_ratio:.2f}x the heapq throughput; partitioned heap queue alone: "
-        f"{queue_ratio:.2f}x (CPU time, best of 9, interleaved; target >= 0.5x) {best}"
+        f"{queue_ratio:.2f}x (CPU time, best of {INTERLEAVED_REPEATS}, interleaved; target >= 0.5x) {best}"
     )
     benchmark.group = "heap timers / heapq, interleaved"
     benchmark.pedantic(_heap_timers_once, rounds=1, iterations=1)
@@ -241,10 +247,11 @@ def _bare_heapq():
 )
 def test_queue_choice(benchmark, impl):
     benchmark.group = "queue choice: add N, delete 10%, pop all"
+    benchmark.extra_info["timers"] = N
     assert benchmark.pedantic(impl, rounds=5, iterations=1) == N - N // 10
 
 
-RESTORE_TIMERS = 1_000_000
+RESTORE_TIMERS = 20_000 if SMOKE else 1_000_000
 
 
 @pytest.mark.parametrize("storage", ["rocksdb", "heap"])
@@ -272,10 +279,11 @@ def test_restore_peak_memory(benchmark, storage, tmp_path):
         tracemalloc.stop()
         return service
 
-    benchmark.group = "open a timer service over 1M restored RocksDB timers"
+    benchmark.group = f"open a timer service over {RESTORE_TIMERS:,} restored RocksDB timers"
     service = benchmark.pedantic(measure, rounds=1, iterations=1)
     benchmark.extra_info["peak_traced_mib"] = round(results["peak_mib"], 1)
     benchmark.extra_info["timers"] = service.num_event_time_timers() + 1
+    benchmark.extra_info["open_and_fire_s"] = round(benchmark.stats.stats.min, 3)
     print(f"\n{storage} timer storage: peak traced memory {results['peak_mib']:.1f} MiB for {RESTORE_TIMERS} timers")
     assert service.num_event_time_timers() == RESTORE_TIMERS - 1
     restored.close()
