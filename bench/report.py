@@ -32,10 +32,14 @@ WHY = {
               "timestamp validation, the current key's prefix and the timer tuple; on fire, setting the key "
               "context, the namespace and the callback call. The key-group partitioned queue alone (its ratio is "
               "in the timers section) is the data-structure part.",
-    "kafka": "Each query pays a fixed start-up cost that Spark's built-in source does not: Spark starts a Python "
-             "process for the data-source reader (loading pyspark, pyarrow, confluent-kafka and keyedstate there) "
-             "and Python workers for the read tasks, while the built-in source runs only on the JVM. With one "
-             "micro-batch per query that fixed cost dominates; its share shrinks for long-running queries.",
+    "kafka": "The read itself (Spark's addBatch) is at par with the built-in source; the gap is a fixed cost per "
+             "query that a JVM source does not pay: for every streaming query Spark starts a fresh "
+             "python_streaming_source_runner process (not forked from its worker daemon), which imports pyspark "
+             "from pyspark.zip; Python never caches bytecode for zip imports, so ~220 modules are recompiled at "
+             "every query start (1-3 s on this machine, see 'outside trigger' in the Kafka section). keyedstate's "
+             "own share (its imports, broker round trips) is ~0.3 s. With one micro-batch per query that fixed "
+             "cost dominates; it is paid once per query, so long-running queries amortise it. Analysis: "
+             "bench/PROFILE-kafka.md.",
     "tws": "Both run Python per key; the margin depends on machine load (rounds run minutes apart, the load at "
            "the start of every round is in the Spark tables), so a narrow miss is within the run-to-run noise.",
     "per_key": "The per-key function pays Spark's per-group overhead once per key; keyed_process pays it once "
@@ -335,13 +339,18 @@ def _kafka_section(run: dict) -> list[str]:
              f"`bench/test_kafka_source.py`: one local KRaft broker, one topic of {records:,} records (4 partitions, "
              "100-byte values); Spark `local[2]`, one micro-batch per query (Trigger.AvailableNow) counted in "
              "foreachBatch, so query start-up is included; the raw loop is one Python process.", "",
-             "| source | mean s | min-max s | records/s (mean) | vs raw loop | load |", "|---|---:|---|---:|---:|---|"]
+             "| source | mean s | min-max s | records/s (mean) | vs raw loop | addBatch s | outside trigger s | load |",
+             "|---|---:|---|---:|---:|---:|---:|---|"]
     for _, b in rows:
         st = b["stats"]
         vs = f"{raw['stats']['mean'] / st['mean']:.2f}x" if raw else "-"
+        phases = b["extra_info"].get("durationMs_mean") or {}
+        add_batch = f"{phases['addBatch'] / 1000:.2f}" if "addBatch" in phases else "-"
+        outside = f"{phases['outsideTrigger'] / 1000:.2f}" if "outsideTrigger" in phases else "-"
         lines.append(f"| {b['extra_info'].get('source', b['name'])} | {st['mean']:.2f} | {st['min']:.2f}-"
-                     f"{st['max']:.2f} | {records / st['mean']:,.0f} | {vs} | {_load(b)} |")
-    return lines + [""]
+                     f"{st['max']:.2f} | {records / st['mean']:,.0f} | {vs} | {add_batch} | {outside} | {_load(b)} |")
+    return lines + ["", "addBatch = Spark's time for the micro-batch itself (reading and counting); outside trigger = "
+                    "query start-up and shutdown (for a Python data source: starting its reader process).", ""]
 
 
 def _spark_section(run: dict, plot: bool) -> list[str]:

@@ -4,7 +4,8 @@ All three read the same topic (4 partitions, KEYEDSTATE_KAFKA_BENCH_RECORDS reco
 500,000) from a local KRaft broker started here. Spark runs ``local[2]`` and counts each micro-batch in a
 foreachBatch sink (one batch: Trigger.AvailableNow without maxOffsetsPerTrigger), so query start-up is included.
 The raw loop is one Python process that assigns all partitions and touches key/value/offset/timestamp/headers of
-every message. Records/s are in each benchmark's ``extra_info``; bench/RESULTS-kafka.md has the numbers.
+every message. Records/s are in each benchmark's ``extra_info``, for the Spark runs with Spark's per-phase
+``durationMs`` and the time outside the trigger (query start-up); bench/RESULTS.md has the numbers (``make bench``), bench/PROFILE-kafka.md the analysis.
 
 Spark's built-in source comes from ``bash scripts/kafka.sh fetch-spark`` (spark-sql-kafka-0-10 from Maven
 Central, cached in .cache/kafka/spark-jars); without it that benchmark is skipped with the command to run.
@@ -23,6 +24,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -104,39 +106,59 @@ def spark():
     session.stop()
 
 
-def _count_through_spark(spark, fmt: str, options: dict) -> int:
+def _count_through_spark(spark, fmt: str, options: dict, phases: Optional[list] = None) -> int:
     counts: list[int] = []
     ckpt = tempfile.mkdtemp(prefix="kafka-bench-ckpt-")
+    t0 = time.perf_counter()
     q = (spark.readStream.format(fmt).options(**options).load().writeStream.option("checkpointLocation", ckpt)
          .foreachBatch(lambda df, _id: counts.append(df.count())).trigger(availableNow=True).start())
     assert q.awaitTermination(1800)
+    wall_ms = (time.perf_counter() - t0) * 1000
     assert q.exception() is None
+    if phases is not None:
+        # Spark's per-phase durations of the (single) batch, plus everything outside the trigger: query start-up
+        # (for a Python data source that includes starting its stream-reader process) and shutdown.
+        d: dict = {}
+        for progress in q.recentProgress:
+            for k, v in progress.durationMs.items():
+                d[k] = d.get(k, 0) + v
+        d["outsideTrigger"] = round(wall_ms - d.get("triggerExecution", 0))
+        phases.append(d)
     return sum(counts)
 
 
-def _record(benchmark, name: str) -> None:
+def _record(benchmark, name: str, phases: Optional[list] = None) -> None:
     mean = benchmark.stats.stats.mean
-    benchmark.extra_info.update({"records": N, "records_per_s": round(N / mean), "source": name})
-    print(f"\n{name}: {N} records, mean {mean:.2f} s -> {N / mean:,.0f} records/s")
+    benchmark.extra_info.update({"records": N, "records_per_s": round(N / mean), "source": name,
+                                 "load_avg_1m": round(os.getloadavg()[0], 2)})
+    msg = f"\n{name}: {N} records, mean {mean:.2f} s -> {N / mean:,.0f} records/s (load {os.getloadavg()[0]:.1f})"
+    if phases:
+        timed = phases[-3:]  # the warm-up round comes first
+        mean_ms = {k: round(sum(p.get(k, 0) for p in timed) / len(timed)) for k in timed[0]}
+        benchmark.extra_info["durationMs_mean"] = mean_ms
+        msg += "\n  durationMs (mean of timed rounds): " + ", ".join(f"{k}={v}" for k, v in sorted(mean_ms.items()))
+    print(msg)
 
 
 def test_keyedstate_kafka_source(benchmark, spark, broker, topic):
     opts = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest",
             "commitOffsets": "false"}
-    result = benchmark.pedantic(_count_through_spark, args=(spark, "keyedstate-kafka", opts), rounds=3,
+    phases: list = []
+    result = benchmark.pedantic(_count_through_spark, args=(spark, "keyedstate-kafka", opts, phases), rounds=3,
                                 iterations=1, warmup_rounds=1)
     assert result == N
-    _record(benchmark, "keyedstate-kafka (Spark local[2])")
+    _record(benchmark, "keyedstate-kafka (Spark local[2])", phases)
 
 
 def test_spark_builtin_kafka_source(benchmark, spark, broker, topic):
     if not any(SPARK_JARS.glob("spark-sql-kafka-0-10_*.jar")):
         pytest.skip("Spark's Kafka source could not be fetched: run `bash scripts/kafka.sh fetch-spark`")
     opts = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest"}
-    result = benchmark.pedantic(_count_through_spark, args=(spark, "kafka", opts), rounds=3, iterations=1,
+    phases: list = []
+    result = benchmark.pedantic(_count_through_spark, args=(spark, "kafka", opts, phases), rounds=3, iterations=1,
                                 warmup_rounds=1)
     assert result == N
-    _record(benchmark, "Spark built-in kafka source (Spark local[2])")
+    _record(benchmark, "Spark built-in kafka source (Spark local[2])", phases)
 
 
 def _raw_loop(broker: str, topic: str) -> int:

@@ -6,13 +6,8 @@ offsets only after Spark has committed the micro-batch that covers them.
 
 from __future__ import annotations
 
-from connectors.kafka import (
-    FORMAT_NAME,
-    CheckpointOffsetCommitter,
-    KafkaOffsetCommitListener,
-    KafkaSource,
-    attach_commit_listener,
-)
+import importlib
+from typing import TYPE_CHECKING
 
 __all__ = [
     "FORMAT_NAME",
@@ -21,3 +16,20 @@ __all__ = [
     "KafkaSource",
     "attach_commit_listener",
 ]
+
+if TYPE_CHECKING:
+    from connectors.kafka import (
+        FORMAT_NAME,
+        CheckpointOffsetCommitter,
+        KafkaOffsetCommitListener,
+        KafkaSource,
+        attach_commit_listener,
+    )
+
+
+def __getattr__(name: str):
+    # Lazy (PEP 562): Spark's Python workers unpickle KafkaSource by reference, which imports this package first;
+    # each of those short-lived processes should pay only for the modules it uses.
+    if name in __all__:
+        return getattr(importlib.import_module("connectors.kafka"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

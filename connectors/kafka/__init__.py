@@ -15,22 +15,33 @@ See ``docs/kafka.md`` for options, commit semantics and failure behaviour.
 
 from __future__ import annotations
 
-from connectors.kafka.committer import CheckpointOffsetCommitter
-from connectors.kafka.errors import (
-    BrokersUnavailableError,
-    KafkaConfigurationError,
-    KafkaConnectorError,
-    KafkaDataLossError,
-    KafkaRequestError,
-    MissingGroupIdError,
-    NoCommittedOffsetError,
-    NoOffsetForTimestampError,
-    OffsetOutOfRangeError,
-    UnknownTopicError,
-)
-from connectors.kafka.listener import KafkaOffsetCommitListener, attach_commit_listener
-from connectors.kafka.options import KafkaOptions, parse_options
-from connectors.kafka.source import FORMAT_NAME, SCHEMA, KafkaSource, KafkaStreamReader
+import importlib
+from typing import TYPE_CHECKING
+
+# Where each public name lives. Imported on first access (PEP 562) because every Python process Spark starts for the
+# source (planner workers, the stream-reader process, executor workers) imports this package when it unpickles
+# KafkaSource, and most of them need neither the listener nor the executor-side fetch code.
+_EXPORTS = {
+    "CheckpointOffsetCommitter": "committer",
+    "BrokersUnavailableError": "errors",
+    "KafkaConfigurationError": "errors",
+    "KafkaConnectorError": "errors",
+    "KafkaDataLossError": "errors",
+    "KafkaRequestError": "errors",
+    "MissingGroupIdError": "errors",
+    "NoCommittedOffsetError": "errors",
+    "NoOffsetForTimestampError": "errors",
+    "OffsetOutOfRangeError": "errors",
+    "UnknownTopicError": "errors",
+    "KafkaOffsetCommitListener": "listener",
+    "attach_commit_listener": "listener",
+    "KafkaOptions": "options",
+    "parse_options": "options",
+    "FORMAT_NAME": "source",
+    "SCHEMA": "source",
+    "KafkaSource": "source",
+    "KafkaStreamReader": "source",
+}
 
 __all__ = [
     "FORMAT_NAME",
@@ -53,3 +64,34 @@ __all__ = [
     "NoCommittedOffsetError",
     "KafkaRequestError",
 ]
+
+if TYPE_CHECKING:
+    from connectors.kafka.committer import CheckpointOffsetCommitter
+    from connectors.kafka.errors import (
+        BrokersUnavailableError,
+        KafkaConfigurationError,
+        KafkaConnectorError,
+        KafkaDataLossError,
+        KafkaRequestError,
+        MissingGroupIdError,
+        NoCommittedOffsetError,
+        NoOffsetForTimestampError,
+        OffsetOutOfRangeError,
+        UnknownTopicError,
+    )
+    from connectors.kafka.listener import KafkaOffsetCommitListener, attach_commit_listener
+    from connectors.kafka.options import KafkaOptions, parse_options
+    from connectors.kafka.source import FORMAT_NAME, SCHEMA, KafkaSource, KafkaStreamReader
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"connectors.kafka.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

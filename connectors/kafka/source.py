@@ -18,19 +18,24 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from connectors.kafka.committer import CheckpointOffsetCommitter
 from connectors.kafka.errors import KafkaDataLossError
-from connectors.kafka.fetch import KafkaInputPartition, read_range
 from connectors.kafka.offsets import TP, fmt_offsets, from_offset_json, to_offset_json
 from connectors.kafka.options import KafkaOptions, parse_options
-from connectors.kafka.startup import resolve_starting_offsets
+from connectors.kafka.partition import KafkaInputPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# Spark unpickles this module in several short-lived Python processes per query (option validation, read planning,
+# the stream-reader process, executor workers), and each start-up is part of every query's latency. So the
+# confluent-kafka clients (driver side) and pyarrow/the fetch loop (executor side) are imported where they are used.
 
 __all__ = ["FORMAT_NAME", "SCHEMA", "KafkaSource", "KafkaStreamReader"]
 
@@ -103,6 +108,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     # -- DataSourceStreamReader (driver's data-source process) ------------------------------------------------
     def initialOffset(self) -> dict:
         """Runs once for a NEW query (never on restart from a checkpoint): resolve the startup mode."""
+        from connectors.kafka.startup import resolve_starting_offsets
+
         offsets = resolve_starting_offsets(self.opts, self.client)
         log.info("starting offsets for %s: %s", self.opts.topics_description, fmt_offsets(offsets))
         return to_offset_json(offsets)
@@ -189,8 +196,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out.extend(KafkaInputPartition(t, p, a, b) for a, b in zip(bounds, bounds[1:]) if b > a)
         return out
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator["pa.RecordBatch"]:
         """On executors: the records of one partition range as Arrow batches."""
+        from connectors.kafka.fetch import read_range
+
         assert isinstance(partition, KafkaInputPartition)
         return read_range(self.opts, partition)
 
