@@ -3,45 +3,82 @@
 The user API uses PyFlink's names, so PyFlink ``KeyedProcessFunction`` code ports unchanged.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from keyedstate.errors import *  # noqa: F401,F403 - every error class is public
 from keyedstate.errors import __all__ as _error_names
-from keyedstate.api.process_function import Function, KeyedProcessFunction
-from keyedstate.api.runtime_context import RuntimeContext
-from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK, OutputTag, TimeDomain
-from keyedstate.keygroups import KeyGroupRange
-from keyedstate.state import (
-    AggregateFunction,
-    AggregatingState,
-    AggregatingStateDescriptor,
-    ListState,
-    ListStateDescriptor,
-    MapState,
-    MapStateDescriptor,
-    ReduceFunction,
-    ReducingState,
-    ReducingStateDescriptor,
-    State,
-    StateDescriptor,
-    StateTtlConfig,
-    Time,
-    ValueState,
-    ValueStateDescriptor,
-)
-from keyedstate.state.heap import HeapKeyedStateBackend
-from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
-from keyedstate.typeinfo import TypeInformation, Types
+
+# Public names load on first use: Spark starts several short-lived Python processes per query (data-source
+# planning, the stream-reader process, workers), and a module that only needs an error class or one helper should
+# not pay for numpy, msgpack, rocksdict and the state machinery at every start.
+_LAZY_NAMES = {
+    "Function": "keyedstate.api.process_function",
+    "KeyedProcessFunction": "keyedstate.api.process_function",
+    "RuntimeContext": "keyedstate.api.runtime_context",
+    "MAX_WATERMARK": "keyedstate.api.time_domain",
+    "MIN_WATERMARK": "keyedstate.api.time_domain",
+    "OutputTag": "keyedstate.api.time_domain",
+    "TimeDomain": "keyedstate.api.time_domain",
+    "KeyGroupRange": "keyedstate.keygroups",
+    **dict.fromkeys(
+        ["AggregateFunction", "AggregatingState", "AggregatingStateDescriptor", "ListState", "ListStateDescriptor",
+         "MapState", "MapStateDescriptor", "ReduceFunction", "ReducingState", "ReducingStateDescriptor", "State",
+         "StateDescriptor", "StateTtlConfig", "Time", "ValueState", "ValueStateDescriptor"],
+        "keyedstate.state",
+    ),
+    "HeapKeyedStateBackend": "keyedstate.state.heap",
+    "RocksDBKeyedStateBackend": "keyedstate.state.rocksdb",
+    "RocksDBOptions": "keyedstate.state.rocksdb",
+    "TypeInformation": "keyedstate.typeinfo",
+    "Types": "keyedstate.typeinfo",
+    # PyFlink code imports Row next to Types; pyspark's Row has the same shape (positional or named fields,
+    # attribute and index access).
+    "Row": "pyspark.sql",
+}
+
+if TYPE_CHECKING:
+    from keyedstate.api.process_function import Function, KeyedProcessFunction
+    from keyedstate.api.runtime_context import RuntimeContext
+    from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK, OutputTag, TimeDomain
+    from keyedstate.keygroups import KeyGroupRange
+    from keyedstate.state import (
+        AggregateFunction,
+        AggregatingState,
+        AggregatingStateDescriptor,
+        ListState,
+        ListStateDescriptor,
+        MapState,
+        MapStateDescriptor,
+        ReduceFunction,
+        ReducingState,
+        ReducingStateDescriptor,
+        State,
+        StateDescriptor,
+        StateTtlConfig,
+        Time,
+        ValueState,
+        ValueStateDescriptor,
+    )
+    from keyedstate.state.heap import HeapKeyedStateBackend
+    from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
+    from keyedstate.typeinfo import TypeInformation, Types
+    from pyspark.sql import Row
 
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # PyFlink code imports Row next to Types; pyspark's Row has the same shape (positional or named fields,
-    # attribute and index access). Imported lazily so `import keyedstate` does not start loading PySpark.
-    if name == "Row":
-        from pyspark.sql import Row
+def __getattr__(name: str) -> Any:
+    module = _LAZY_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'keyedstate' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
-        return Row
-    raise AttributeError(f"module 'keyedstate' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [
