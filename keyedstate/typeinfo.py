@@ -34,6 +34,11 @@ class TypeInformation:
         return value is None or self.accepts(value)
 
     @property
+    def accepts_any(self) -> bool:
+        """Whether every value is admitted, so writers can skip the check entirely."""
+        return self.accepts is _any_value
+
+    @property
     def exact_types(self) -> frozenset[type]:
         """Types whose instances ``accepts`` always admits, so hot paths can test ``type(value) in exact_types``
         before paying for the Python call to ``accepts``. Empty when unknown."""

@@ -243,8 +243,10 @@ def keyed_process(
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
-    * ``process_element(value, ctx)`` gets each input row as a ``pyspark.sql.Row`` of ``df``'s columns;
-      ``ctx.get_current_key()`` is the key column's value (a tuple for several key columns).
+    * ``process_element(value, ctx)`` gets each input row as a ``pyspark.sql.Row`` of ``df``'s columns
+      (``value.user``, ``value["user"]``, ``value[0]``, ``asDict()``; timestamp columns hold ``datetime.datetime``
+      as in ``collect()``'s Rows); ``ctx.get_current_key()`` is the key column's value (a tuple for several key
+      columns). A call processes its keys one after another, each key's elements in event-time order.
     * ``event_time_column`` (timestamp) gives ``ctx.timestamp()``; with ``time_mode="event_time"`` (default) the
       watermark is Spark's (``df.withWatermark(...)`` upstream is required) and event-time timers are mirrored into
       Spark's event-time timeout. ``time_mode="processing_time"`` uses the micro-batch timestamp as processing time

@@ -9,12 +9,13 @@ snapshots it per micro-batch, so a failed or repeated task starts again from the
 
 from __future__ import annotations
 
+import gc
 import logging
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+import numpy as np
 import pandas as pd
-from pyspark.sql import Row
 
 from keyedstate.api.time_domain import MIN_WATERMARK, TimeDomain
 from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
@@ -22,6 +23,7 @@ from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.serialization import encode_key
 from keyedstate.spark.compat import current_batch_id, task_partition_id, watermark_or_none
 from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, row_factory
 from keyedstate.spark.row_format import (
     STATE_ROW_FORMAT_FULL,
     StateRow,
@@ -29,6 +31,7 @@ from keyedstate.spark.row_format import (
     encode_state_payload,
 )
 from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.heap import HeapKeyedStateBackend
 
 __all__ = ["GroupFunctionSpec", "make_group_function", "METRICS_TAG", "METRICS_SCHEMA_DDL"]
@@ -91,7 +94,7 @@ class _GroupRuntime:
             index_of_this_subtask=task_partition_id(),
         )
         self.operator.open()
-        self.row_class = Row(*spec.value_columns)
+        self.make_row = row_factory(spec.value_columns)
         self.single_key = len(spec.key_columns) == 1
 
     # ---- one call ----------------------------------------------------------------------------------------------
@@ -101,12 +104,19 @@ class _GroupRuntime:
         key_group = 0 if self.spec.group_by_user_key else int(grouping_key[0])
         batch_id = current_batch_id()
         where = f"keyed_process key group {key_group}, batch {batch_id}"
+        # A call allocates a few objects per element, most of them long-lived (rows, state entries, timers), so the
+        # cyclic GC would run full collections over them again and again; reference counting frees what the call
+        # drops, and cycles (if any) are collected after the call.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             output = self._run(key_group, frames, group_state, where)
         except KeyedStateError as error:
             raise type(error)(f"{where}: {error}") from error
         finally:
             self._forget_group(key_group)
+            if gc_was_enabled:
+                gc.enable()
         if output is not None and not output.empty:
             yield output
 
@@ -163,44 +173,43 @@ class _GroupRuntime:
     def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
         spec = self.spec
         key_columns = list(spec.key_columns)
-        null_keys = batch[key_columns].isna().any(axis=1)
-        if bool(null_keys.any()):
-            row = batch.loc[null_keys.idxmax(), key_columns].to_dict()
+        key_series = [batch[c] for c in key_columns]
+        codes, null = key_codes(key_series)
+        if null is not None:
+            row = batch.loc[batch.index[null], key_columns].to_dict()
             raise NullKeyError(
-                f"an element has a null key ({row}); keyed state needs non-null keys. Filter out or fill null keys "
-                f"before keyed_process"
+                f"an element has a null key ({row}); keyed state needs non-null keys. Filter out or fill null "
+                f"keys before keyed_process"
             )
         time_column = spec.event_time_ms_column
+        times: Optional[np.ndarray] = None
         if time_column is not None:
-            if bool(batch[time_column].isna().any()):
-                row = batch.loc[batch[time_column].isna().idxmax(), key_columns].to_dict()
+            time_series = batch[time_column]
+            null = first_null(time_series)
+            if null is not None:
+                row = batch.loc[batch.index[null], key_columns].to_dict()
                 raise ConfigurationError(
                     f"an element of key {row} has a null event time; drop or fill null event times before keyed_process"
                 )
-            batch = batch.sort_values(key_columns + [time_column], kind="stable")
-            timestamps = batch[time_column].astype("int64").tolist()
-        else:
-            batch = batch.sort_values(key_columns, kind="stable")
-            timestamps = [None] * len(batch)
+            times = time_series.to_numpy().astype("int64", copy=False)
+        order, starts = group_order(codes, times)
+        ends = starts[1:] + [len(order)]
+        firsts = order[starts]
+        # converted like the values, so a timestamp key is the same datetime here and in on_timer (decoded)
         if self.single_key:
-            keys = batch[key_columns[0]].tolist()
+            keys = column_values(key_series[0], firsts)
         else:
-            keys = list(zip(*(batch[c].tolist() for c in key_columns)))
-        make_row = self.row_class
-        values = [make_row(*fields) for fields in zip(*(batch[c].tolist() for c in spec.value_columns))]
-        backend = self.backend
-        operator = self.operator
-        start = 0
-        total = len(keys)
-        while start < total:
-            key = keys[start]
-            end = start + 1
-            while end < total and keys[end] == key:
-                end += 1
-            backend.set_current_key_in_group(key, encode_key(key), key_group)
-            operator.process_elements_of_current_key(values[start:end], timestamps[start:end])
-            start = end
-        backend.clear_current_key()
+            keys = list(zip(*(column_values(series, firsts) for series in key_series)))
+        timestamps = [None] * len(order) if times is None else times[order].tolist()
+        values = list(map(self.make_row, zip(*(column_values(batch[c], order) for c in spec.value_columns))))
+        prefix = key_group_prefix(key_group)
+        if not self.backend.key_group_range.start <= key_group <= self.backend.key_group_range.end:
+            self.backend.set_current_key_in_group(keys[0], encode_key(keys[0]), key_group)  # raises
+        runs = zip(keys, [prefix + encode_key(key) for key in keys], starts, ends)
+        try:
+            self.operator.process_key_runs(runs, values, timestamps)
+        finally:
+            self.backend.clear_current_key()
 
     def _persist(self, key_group: int, group_state: Any, watermark: Optional[int], now: int) -> int:
         """Write the row (or remove it) and Spark's timeout; returns the row's size in bytes."""
@@ -246,9 +255,15 @@ def make_group_function(spec: GroupFunctionSpec, function: Any) -> Any:
     """The callable for ``applyInPandasWithState``; the runtime is created once per worker process and query."""
 
     def keyed_group_function(grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
-        runtime = _RUNTIMES.get(spec.runtime_id)
-        if runtime is None:
-            runtime = _RUNTIMES[spec.runtime_id] = _GroupRuntime(spec, function)
-        return runtime.run(grouping_key, frames, group_state)
+        return _runtime(spec, function).run(grouping_key, frames, group_state)
 
     return keyed_group_function
+
+
+def _runtime(spec: GroupFunctionSpec, function: Any) -> _GroupRuntime:
+    # A module-level function, so cloudpickle ships the closure above with a reference to it: naming _RUNTIMES in
+    # the closure would ship the driver's dict by value, with every runtime a driver-side call ever created.
+    runtime = _RUNTIMES.get(spec.runtime_id)
+    if runtime is None:
+        runtime = _RUNTIMES[spec.runtime_id] = _GroupRuntime(spec, function)
+    return runtime

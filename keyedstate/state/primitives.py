@@ -44,7 +44,7 @@ class State:
         self._backend = backend
         self._namespace = VOID_NAMESPACE
         accepts = descriptor.type_info.accepts
-        self._accepts = None if descriptor.type_info.name == "ANY" else accepts
+        self._accepts = None if descriptor.type_info.accepts_any else accepts
         self._exact_types = descriptor.type_info.exact_types
         ttl = descriptor.ttl_config
         self._ttl = ttl.ttl_millis if ttl else 0

@@ -114,8 +114,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def load_stored_records(self, metadata: StateMetadata, records: Iterable[tuple[bytes, bytes]]) -> int:
         """Add restored records of one state, keeping only owned key groups. Returns how many were kept."""
-        owned = self.key_group_range
-        kept = [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        kept = self._owned_records(records)
         existing = self._restored_metadata.get(metadata.name)
         if existing is not None and existing != metadata:
             raise ConfigurationError(
@@ -132,13 +131,20 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         return len(kept)
 
     def load_raw_column_records(self, name: str, records: Iterable[tuple[bytes, bytes]]) -> int:
-        owned = self.key_group_range
-        kept = [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        kept = self._owned_records(records)
         if name in self._raw_columns:
             self._raw_columns[name].put_many(kept)
         else:
             self._pending_records.setdefault(_raw_column_state_name(name), []).extend(kept)
         return len(kept)
+
+    def _owned_records(self, records: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        owned = self.key_group_range
+        if owned.start == 0 and owned.end == self.max_parallelism - 1:
+            # Owning every key group (the Spark group function's backend) keeps everything: skip the per-record
+            # decode of the key group; a record outside 0..max_parallelism-1 cannot be written by keyedstate.
+            return list(records)
+        return [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
 
     def _load_into(self, store: Any, descriptor: StateDescriptor, codec: EntryCodec,
                    records: Iterable[tuple[bytes, bytes]]) -> None:
@@ -154,8 +160,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 inner = store.data.setdefault(stored_key[:split], {})
                 inner[stored_key[split:]] = (user_key, codec.deserialize_entry(data))
         else:
-            for stored_key, data in records:
-                store.data[stored_key] = codec.deserialize_entry(data)
+            deserialize = codec.deserialize_entry
+            store.data.update([(stored_key, deserialize(data)) for stored_key, data in records])
 
     def export_records(self) -> list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]:
         """Every state that holds data (registered, or restored and not registered again), unsorted; the Spark
@@ -252,6 +258,15 @@ def _records_of(descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> I
         for composite, inner in store.data.items():
             for encoded_user_key, (_, entry) in inner.items():
                 yield composite + encoded_user_key, serialize(entry)
+    elif not codec.has_ttl and getattr(codec, "_serialize", None) is not None:
+        # One value per stored key and no TTL wrapper: serialize with the type's own function in one comprehension
+        # (the snapshot's hot path), and redo it entry by entry only to report a failure with the state's name.
+        fast = codec._serialize
+        try:
+            records = [(composite, fast(entry)) for composite, entry in store.data.items()]
+        except Exception:
+            records = [(composite, serialize(entry)) for composite, entry in store.data.items()]
+        yield from records
     else:
         for composite, entry in store.data.items():
             yield composite, serialize(entry)

@@ -42,11 +42,18 @@ class HeapValueStore(ValueStore):
         self._backend = backend
         self._validate = validate
 
+    # get and put run once per state access: the backend's ``composite`` is inlined (its field, not its method)
     def get(self, namespace: bytes) -> Any:
-        return self.data.get(self._backend.composite(namespace))
+        try:
+            return self.data.get(self._backend._current_prefix + namespace)
+        except TypeError:  # no current key (prefix None): composite raises the right error
+            return self.data.get(self._backend.composite(namespace))
 
     def put(self, namespace: bytes, entry: Any) -> None:
-        key = self._backend.composite(namespace)
+        try:
+            key = self._backend._current_prefix + namespace
+        except TypeError:
+            key = self._backend.composite(namespace)
         if self._validate is not None:
             self._validate(entry)
         self.data[key] = entry

@@ -87,7 +87,7 @@ class RocksDBValueStore(_RocksStore, ValueStore):
         type_info = codec.descriptor.type_info
         self._fast_deserialize = self._deserialize if codec.has_ttl else type_info.serializer.deserialize
         self._fast_serialize = self._serialize if codec.has_ttl else type_info.serializer.serialize
-        self._accepts = None if codec.has_ttl or type_info.name == "ANY" else type_info.accepts
+        self._accepts = None if codec.has_ttl or type_info.accepts_any else type_info.accepts
         self._exact_types = type_info.exact_types
 
     def get(self, namespace: bytes) -> Any:

@@ -1,0 +1,161 @@
+"""The group function without Spark: element order, the Row records users get, null checks, errors."""
+
+from __future__ import annotations
+
+import datetime as dt
+import pickle
+from typing import Any, Optional
+
+import numpy as np
+import pandas as pd
+import pytest
+from pyspark.sql import Row
+
+from keyedstate import KeyedProcessFunction
+from keyedstate.errors import ConfigurationError, NullKeyError, UserFunctionError
+from keyedstate.spark.group_function import (
+    _RUNTIMES,
+    EVENT_TIME,
+    PROCESSING_TIME,
+    GroupFunctionSpec,
+    make_group_function,
+)
+from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, row_factory
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+
+class FakeGroupState:
+    def __init__(self) -> None:
+        self.row: Optional[tuple] = None
+
+    @property
+    def exists(self) -> bool:
+        return self.row is not None
+
+    @property
+    def get(self) -> Any:
+        return self.row
+
+    def update(self, row: tuple) -> None:
+        self.row = row
+
+    def remove(self) -> None:
+        self.row = None
+
+    def setTimeoutTimestamp(self, timestamp: int) -> None:
+        pass
+
+    def setTimeoutDuration(self, duration: int) -> None:
+        pass
+
+    def getCurrentWatermarkMs(self) -> int:
+        return 0
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        return 1_000
+
+
+class Recorder(KeyedProcessFunction):
+    seen: list = []
+
+    def process_element(self, value, ctx):
+        Recorder.seen.append((ctx.get_current_key(), value, ctx.timestamp()))
+        if value[1] == "boom":
+            raise ValueError("boom")
+        yield str(ctx.get_current_key()), 1
+
+
+def _run(frame: pd.DataFrame, key_columns=("user",), value_columns=("user", "payload", "ts"), event_time=True):
+    Recorder.seen = []
+    layout = OutputLayout(StructType([StructField("k", StringType()), StructField("n", LongType())]))
+    spec = GroupFunctionSpec(
+        runtime_id=f"unit-{id(frame)}", key_columns=tuple(key_columns), value_columns=tuple(value_columns),
+        key_group_column="_keyedstate_key_group", event_time_ms_column="_ms" if event_time else None,
+        time_mode=EVENT_TIME if event_time else PROCESSING_TIME, num_key_groups=4, poll_interval_ms=1000,
+        layout=layout,
+    )
+    function = make_group_function(spec, Recorder())
+    try:
+        return list(function((2,), iter([frame]), FakeGroupState())), Recorder.seen
+    finally:
+        _RUNTIMES.pop(spec.runtime_id, None)
+
+
+def test_the_pickled_group_function_carries_no_runtime_of_the_driver():
+    from pyspark import cloudpickle
+
+    _run(_frame(["a"], ["p"], [1]))
+    spec = GroupFunctionSpec("pickle", ("user",), ("user",), "_keyedstate_key_group", None, PROCESSING_TIME, 4, 1000,
+                             OutputLayout(StructType([StructField("k", StringType())])))
+    _RUNTIMES["leftover"] = object()  # type: ignore[assignment]
+    try:
+        data = cloudpickle.dumps(make_group_function(spec, Recorder()))
+    finally:
+        _RUNTIMES.pop("leftover", None)
+    assert b"leftover" not in data and b"_GroupRuntime" not in data
+
+
+def _frame(users, payloads, ms) -> pd.DataFrame:
+    return pd.DataFrame({
+        "user": users, "payload": payloads, "ts": pd.to_datetime(ms, unit="ms"), "_ms": np.array(ms, dtype="int64"),
+        "_keyedstate_key_group": 2,
+    })
+
+
+def test_elements_arrive_by_key_then_event_time_with_rows():
+    frame = _frame(["b", "a", "b", "a", "a"], ["p1", "p2", "p3", "p4", "p5"], [30, 20, 10, 20, 5])
+    _, seen = _run(frame)
+    assert [(key, value.payload, ts) for key, value, ts in seen] == [
+        ("b", "p3", 10), ("b", "p1", 30), ("a", "p5", 5), ("a", "p2", 20), ("a", "p4", 20),
+    ]
+    value = seen[2][1]
+    assert isinstance(value, Row)
+    assert value == Row(user="a", payload="p5", ts=dt.datetime(1970, 1, 1, 0, 0, 0, 5000))
+    assert type(value.ts) is dt.datetime
+    assert value.user == value["user"] == value[0] == "a"
+    assert value.asDict() == {"user": "a", "payload": "p5", "ts": dt.datetime(1970, 1, 1, 0, 0, 0, 5000)}
+    assert repr(value) == "Row(user='a', payload='p5', ts=datetime.datetime(1970, 1, 1, 0, 0, 0, 5000))"
+    assert pickle.loads(pickle.dumps(value)) == value
+    assert "payload" in value and tuple(value)[1] == "p5"
+
+
+def test_several_key_columns_and_no_event_time():
+    frame = _frame(["x", "x", "x"], ["2", "1", "2"], [1, 2, 3])
+    _, seen = _run(frame, key_columns=("user", "payload"), event_time=False)
+    assert [(key, ts) for key, _, ts in seen] == [(("x", "2"), None), (("x", "2"), None), (("x", "1"), None)]
+
+
+def test_null_key_and_null_time_are_rejected():
+    with pytest.raises(NullKeyError):
+        _run(_frame(["a", None], ["p", "q"], [1, 2]))
+    frame = _frame(["a", "b"], ["p", "q"], [1, 2])
+    frame["_ms"] = [1.0, np.nan]
+    with pytest.raises(ConfigurationError, match="null event time"):
+        _run(frame)
+
+
+def test_user_error_names_the_element_and_key():
+    with pytest.raises(UserFunctionError, match=r"for key 'b' on element Row\(user='b', payload='boom'"):
+        _run(_frame(["a", "b"], ["ok", "boom"], [1, 2]))
+
+
+def test_row_factory_keeps_row_lookups_for_tuple_method_names():
+    make = row_factory(["count", "index", "value", "value"])
+    row = make((1, 2, 3, 4))
+    assert callable(row.count) and row["count"] == 1 and row["index"] == 2
+    assert row.value == 3 and row.asDict() == {"count": 1, "index": 2, "value": 4}  # as pyspark's Row does
+
+
+def test_grouping_and_column_values():
+    codes, null = key_codes([pd.Series(["b", "a", "b", "c"])])
+    assert null is None
+    order, starts = group_order(codes, np.array([2, 1, 1, 0]))
+    assert order.tolist() == [2, 0, 1, 3] and starts == [0, 2, 3]  # keys in order of first appearance
+    codes, null = key_codes([pd.Series([1, "1", 1])])
+    assert null is None and len(group_order(codes, None)[1]) == 2
+    assert key_codes([pd.Series(["a", "b"]), pd.Series([1.0, np.nan])])[1] == 1
+    times = pd.Series(pd.to_datetime([0, None], unit="ms"))
+    assert column_values(times, np.array([1, 0])) == [None, dt.datetime(1970, 1, 1)]
+    assert column_values(pd.Series([1, 2], dtype="Int64"), np.array([1, 0])) == [2, 1]
+    assert first_null(pd.Series([1.0, np.nan])) == 1 and first_null(pd.Series([1, 2])) is None
