@@ -108,18 +108,21 @@ FLINK_REQUIREMENT = "apache-flink==2.3.0"
 def ensure_flink_venv() -> None:
     """PyFlink lives in its own venv: it pins pyarrow, protobuf, pandas and numpy versions that clash with ours.
 
-    Created on first use so a fresh clone's ``make bench`` includes PyFlink; if the install fails (no network, no
-    wheel for this platform) the PyFlink benchmark skips itself and the report says it was not measured.
+    Created on first use so a fresh clone's ``make bench`` includes PyFlink. An existing venv is never touched
+    (re-running ``venv`` over one made by another interpreter breaks it); if the install fails (no network, no wheel
+    for this platform) the PyFlink benchmark fails with the reason and the report says it was not measured.
     """
-    marker = FLINK_VENV / ".installed"
-    if marker.exists():
+    python = FLINK_VENV / "bin" / "python"
+    if python.exists():
+        if subprocess.run([str(python), "-c", "import pyflink"], capture_output=True, timeout=120).returncode == 0:
+            return
+        _log(f"{FLINK_VENV.relative_to(REPO_ROOT)} exists but cannot import pyflink; leaving it as it is "
+             f"(delete it to have it re-created)")
         return
     _log(f"creating the PyFlink venv at {FLINK_VENV.relative_to(REPO_ROOT)} ({FLINK_REQUIREMENT}, a few minutes)")
     try:
         subprocess.run([sys.executable, "-m", "venv", str(FLINK_VENV)], check=True, timeout=300)
-        subprocess.run([str(FLINK_VENV / "bin" / "python"), "-m", "pip", "install", "-q", FLINK_REQUIREMENT],
-                       check=True, timeout=1800)
-        marker.write_text(FLINK_REQUIREMENT + "\n")
+        subprocess.run([str(python), "-m", "pip", "install", "-q", FLINK_REQUIREMENT], check=True, timeout=1800)
     except (subprocess.SubprocessError, OSError) as error:
         _log(f"PyFlink venv not created ({error}); the PyFlink benchmark will be reported as not measured")
 
