@@ -50,9 +50,9 @@ def target_size(rounds: dict) -> int | None:
     return SMALL if SMALL in sizes else sizes[-1]
 
 
-def target_ratios(rounds: dict) -> dict[str, dict]:
-    """variant -> {median, best}: the variant's seconds over keyed_process's, at the target size."""
-    size = target_size(rounds)
+def target_ratios(rounds: dict, size: int | None = None) -> dict[str, dict]:
+    """variant -> {median, best}: the variant's seconds over keyed_process's, at ``size`` (default: the target size)."""
+    size = size or target_size(rounds)
     kp = rounds.get(("keyed_process", size))
     out: dict[str, dict] = {}
     if not kp:
