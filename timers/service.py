@@ -122,13 +122,7 @@ class InternalTimerService:
 
     def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
-        backend = self.backend
-        prefix = backend._current_prefix
-        if prefix is None or type(namespace) is not bytes:
-            self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._event_queue.remove(_new_timer(InternalTimer, (timestamp, prefix, namespace, backend._current_key_group)))
+        self._event_queue.remove(self._timer(namespace, timestamp))
 
     def register_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_processing_time`` for the current key once processing time reaches ``timestamp`` (epoch ms)."""
@@ -143,13 +137,7 @@ class InternalTimerService:
 
     def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
-        backend = self.backend
-        prefix = backend._current_prefix
-        if prefix is None or type(namespace) is not bytes:
-            self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._processing_queue.remove(_new_timer(InternalTimer, (timestamp, prefix, namespace, backend._current_key_group)))
+        self._processing_queue.remove(self._timer(namespace, timestamp))
 
     # ---- time ----------------------------------------------------------------------------------------------------
 
