@@ -27,7 +27,7 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from keyedstate.state.heap import HeapKeyedStateBackend
 from timers import MAX_WATERMARK, InternalTimerService, TimeDomain, make_timer
-from timers.partitioned import HeapPartitionedTimerQueue
+from timers.heap_partitioned import HeapPartitionedTimerQueue
 
 SMOKE = os.environ.get("KEYEDSTATE_BENCH_SMOKE") == "1"
 N = 10_000 if SMOKE else 100_000

@@ -21,7 +21,8 @@ from timers.codec import (
 )
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
 from timers.facade import TimerService
-from timers.partitioned import HeapPartitionedTimerQueue, KeyGroupPartitionedTimerQueue
+from timers.heap_partitioned import HeapPartitionedTimerQueue
+from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
 from timers.service import DEFAULT_SERVICE_NAME, InternalTimerService
 from timers.storage import TimerStorage

@@ -47,6 +47,10 @@ _KEY_CACHE_SIZE = 1 << 16
 _BASE_SET_KEY_WITH_PREFIX = KeyedStateBackend.set_current_key_with_prefix
 _new_timer = tuple.__new__  # InternalTimer((...)) through type.__call__ costs ~2x as much
 
+
+def _as_timer(timer: tuple) -> InternalTimer:
+    return timer if type(timer) is InternalTimer else _new_timer(InternalTimer, timer)
+
 DEFAULT_SERVICE_NAME = "user-timers"
 """Flink's name of the timer service of a ``KeyedProcessOperator``."""
 
@@ -98,7 +102,8 @@ class InternalTimerService:
 
     # ---- registration (for the current key) --------------------------------------------------------------------
 
-    def _timer(self, namespace: bytes, timestamp: Any) -> InternalTimer:
+    def _timer(self, namespace: bytes, timestamp: Any) -> tuple:
+        """The current key's timer at ``timestamp`` as the queues hold it: a plain tuple (see :class:`InternalTimer`)."""
         if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
             timestamp = to_epoch_millis(timestamp)
         prefix = self.backend.current_key_prefix  # raises NoKeyContextError without a current key
@@ -107,7 +112,7 @@ class InternalTimerService:
                 f"timer namespaces are encoded bytes (keyedstate.serialization.encode_key(...), or VOID_NAMESPACE), "
                 f"got {type(namespace).__qualname__}"
             )
-        return InternalTimer((timestamp, prefix, namespace, (prefix[0] << 8) | prefix[1]))
+        return (timestamp, prefix, namespace, (prefix[0] << 8) | prefix[1])
 
     def register_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_event_time`` for the current key once the watermark reaches ``timestamp`` (epoch ms)."""
@@ -118,7 +123,7 @@ class InternalTimerService:
         prefix = backend._current_prefix  # the base backend's fields (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._event_add(_new_timer(InternalTimer, (timestamp, prefix, namespace, backend._current_key_group)))
+        self._event_add((timestamp, prefix, namespace, backend._current_key_group))
 
     def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
@@ -133,7 +138,7 @@ class InternalTimerService:
         prefix = backend._current_prefix  # the base backend's fields (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._processing_add(_new_timer(InternalTimer, (timestamp, prefix, namespace, backend._current_key_group)))
+        self._processing_add((timestamp, prefix, namespace, backend._current_key_group))
 
     def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
@@ -185,6 +190,7 @@ class InternalTimerService:
                 return 0
             raise ConfigurationError("timers are due but the timer service has no triggerable; call set_triggerable")
         callback = triggerable.on_event_time if event_time else triggerable.on_processing_time
+        wrap = not getattr(triggerable, "accepts_timer_tuples", False)
         backend = self.backend
         set_key_from_prefix = backend.set_current_key_from_prefix
         set_key_with_prefix = self._set_key_with_prefix
@@ -208,7 +214,7 @@ class InternalTimerService:
                     else:
                         set_key_with_prefix(key, prefix)
                 self.current_namespace = timer[2]
-                callback(timer)
+                callback(_new_timer(InternalTimer, timer) if wrap else timer)
                 fired += 1
         finally:
             steps.close()  # after a callback raised, the queue takes back the due timers it has not fired
@@ -236,12 +242,13 @@ class InternalTimerService:
     def earliest_timer(self, domain: TimeDomain, key_group: Optional[int] = None) -> Optional[InternalTimer]:
         """The next timer to fire in ``domain`` (of one key group, or over all), or None."""
         queue = self._domain(domain).queue
-        return queue.peek() if key_group is None else queue.earliest(key_group)
+        timer = queue.peek() if key_group is None else queue.earliest(key_group)
+        return None if timer is None else _as_timer(timer)
 
     def timers(self, domain: TimeDomain, key_group: Optional[int] = None) -> Iterator[InternalTimer]:
         """Every timer of ``domain`` (of one key group ascending, or all: by key group, then ascending)."""
         queue = self._domain(domain).queue
-        return iter(queue) if key_group is None else queue.timers_of(key_group)
+        return map(_as_timer, iter(queue) if key_group is None else queue.timers_of(key_group))
 
     def key_groups_with_timers(self) -> list[int]:
         """Key groups with at least one timer in either domain, ascending."""

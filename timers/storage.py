@@ -24,7 +24,8 @@ from keyedstate.state.base.layout import key_group_of
 from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_record, encode_record, key_group_end, key_group_start
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
-from timers.partitioned import HeapPartitionedTimerQueue, KeyGroupPartitionedTimerQueue
+from timers.heap_partitioned import HeapPartitionedTimerQueue
+from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
 from timers.timer import InternalTimer
 

@@ -11,7 +11,10 @@ __all__ = ["InternalTimer", "Triggerable", "make_timer"]
 
 
 class InternalTimer(tuple):
-    """A registered timer: ``(timestamp, key_prefix, namespace, key_group)``.
+    """A registered timer: ``(timestamp, key_prefix, namespace, key_group)``, with named accessors.
+
+    Inside the queues a timer is the plain tuple of the same four fields (equal and hashing equal to this view,
+    cheaper to build); the service hands out :class:`InternalTimer` s.
 
     ``key_prefix`` is the backend's stored-key prefix of the timer's key (2-byte big-endian key group + the
     deterministic key encoding) and ``namespace`` the encoded namespace. A timer is identified by (key, namespace,
@@ -83,7 +86,14 @@ class Triggerable(Protocol):
 
     Before each call the service has set the backend's current key to the timer's key, and
     ``current_watermark()`` / ``current_processing_time()`` already return the time being advanced to.
+
+    The queues hold timers as plain tuples, laid out as :class:`InternalTimer`. The service builds an
+    :class:`InternalTimer` for each call unless the triggerable sets ``accepts_timer_tuples = True``; it then gets
+    the plain ``(timestamp, key_prefix, namespace, key_group)`` tuple and saves one object per firing (the operator
+    does this).
     """
+
+    accepts_timer_tuples: bool = False
 
     def on_event_time(self, timer: InternalTimer) -> None:
         """An event-time timer fired: the watermark reached ``timer.timestamp``."""

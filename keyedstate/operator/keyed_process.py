@@ -179,8 +179,10 @@ class KeyedProcessOperator:
         self.backend.clear_current_key()
         return self.timers_fired - before
 
+    accepts_timer_tuples = True  # the timer service passes plain (timestamp, key_prefix, namespace, key_group)
+
     def on_event_time(self, timer: InternalTimer) -> None:
-        self._fire(timer, TimeDomain.EVENT_TIME, timer.timestamp)
+        self._fire(timer, TimeDomain.EVENT_TIME, timer[0])
 
     def on_processing_time(self, timer: InternalTimer) -> None:
         # Flink erases the record timestamp for processing-time firings.
@@ -188,14 +190,14 @@ class KeyedProcessOperator:
 
     def _fire(self, timer: InternalTimer, domain: TimeDomain, output_timestamp: Optional[int]) -> None:
         context = self._context
-        context._timestamp = timer.timestamp
+        timestamp = context._timestamp = timer[0]
         context._domain = domain
         self.timers_fired += 1
         try:
-            result = self.function.on_timer(timer.timestamp, context)
+            result = self.function.on_timer(timestamp, context)
             self.outputs.collect(result, output_timestamp, lambda: f"{self.function_name}.on_timer")
         except Exception as error:
-            what = f"{domain.name.lower().replace('_', '-')} timer at {timer.timestamp}"
+            what = f"{domain.name.lower().replace('_', '-')} timer at {timestamp}"
             raise self._user_error("on_timer", what, error) from error
         finally:
             context._domain = None

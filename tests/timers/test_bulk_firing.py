@@ -13,7 +13,7 @@ import pytest
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
 from timers import HeapPartitionedTimerQueue, HeapTimerQueue, KeyGroupPartitionedTimerQueue, make_timer
-from timers.partitioned import _sort_timers
+from timers.heap_partitioned import _sort_timers
 
 
 def timer(ts, key, key_group):
@@ -106,3 +106,27 @@ def test_sorting_breaks_timestamp_ties_by_key_group_key_and_namespace():
     rng.shuffle(shuffled)
     _sort_timers(shuffled)
     assert shuffled == sorted(timers)
+
+
+def test_a_taken_timer_held_back_for_an_earlier_callback_timer_can_be_deleted_and_registered_again():
+    """A callback registers a timer due before the next taken one; that timer's own callback deletes (and in the
+    second run re-registers) the held-back taken timer."""
+    for register_again in (False, True):
+        queue = HeapPartitionedTimerQueue()
+        first, held, last = timer(1, "a", 0), timer(5, "b", 1), timer(9, "c", 2)
+        inserted = timer(3, "d", 3)
+        for item in (first, held, last):
+            queue.add(item)
+        fired = []
+        for item in queue.due(10):
+            fired.append(item)
+            if item == first:
+                queue.add(inserted)
+            elif item == inserted:
+                assert queue.remove(held) and not queue.remove(held)
+                if register_again:
+                    queue.add(held)
+                    queue.add(held)  # registering twice is still one timer
+                assert queue.count() == (2 if register_again else 1)
+        expected = [first, inserted, held, last] if register_again else [first, inserted, last]
+        assert fired == expected and queue.count() == 0

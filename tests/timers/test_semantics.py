@@ -460,3 +460,53 @@ def test_a_failing_callback_propagates_and_later_timers_fire_at_the_next_advance
     assert rec.take() == [(1, "k"), (2, "k")]
     assert service.advance_watermark(10) == 1
     assert rec.take() == [(3, "k")]
+
+
+# ---- what callbacks and inspection hand out ------------------------------------------------------------------------
+
+
+class _Collect:
+    def __init__(self, accepts_timer_tuples):
+        self.accepts_timer_tuples = accepts_timer_tuples
+        self.timers = []
+
+    def on_event_time(self, timer):
+        self.timers.append(timer)
+
+    on_processing_time = on_event_time
+
+
+@pytest.mark.parametrize("accepts_timer_tuples", [False, True])
+def test_callbacks_get_internal_timers_unless_the_triggerable_accepts_plain_tuples(setup, accepts_timer_tuples):
+    from timers import InternalTimer
+
+    backend = setup.backend()
+    collect = _Collect(accepts_timer_tuples)
+    service = setup.service(backend)
+    service.set_triggerable(collect)
+    at(backend, "alice")
+    service.register_event_time_timer(V, 7)
+    service.register_processing_time_timer(V, 9)
+    service.advance_watermark(10)
+    service.advance_processing_time(10)
+    assert [tuple(t) for t in collect.timers] == [(7, backend.current_key_prefix, V, backend.current_key_group)] + [
+        (9, backend.current_key_prefix, V, backend.current_key_group)
+    ]
+    if accepts_timer_tuples:
+        assert all(type(t) is tuple for t in collect.timers)
+    else:
+        assert all(type(t) is InternalTimer for t in collect.timers)
+        assert [(t.timestamp, t.key, t.namespace) for t in collect.timers] == [(7, "alice", V), (9, "alice", V)]
+
+
+def test_inspection_hands_out_internal_timers(setup):
+    from timers import InternalTimer
+
+    backend, service, _ = make(setup)
+    at(backend, "bob")
+    service.register_event_time_timer(V, 5)
+    earliest = service.earliest_timer(TimeDomain.EVENT_TIME)
+    listed = list(service.timers(TimeDomain.EVENT_TIME))
+    of_group = list(service.timers(TimeDomain.EVENT_TIME, backend.current_key_group))
+    assert type(earliest) is InternalTimer and (earliest.timestamp, earliest.key) == (5, "bob")
+    assert [type(t) for t in listed + of_group] == [InternalTimer, InternalTimer] and listed == of_group == [earliest]
