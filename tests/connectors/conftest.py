@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pytest
+from local_spark import local_spark_session
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / ".cache" / "kafka" / "lib"
@@ -111,19 +112,8 @@ def spark(tmp_path_factory):
 
     from connectors.kafka import KafkaSource
 
-    existing = SparkSession.getActiveSession()  # other suites' session fixtures use the same settings; share it
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("keyedstate-kafka-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.stopTimeout", "30000")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.conf.set("spark.sql.shuffle.partitions", "2")
+    existing = SparkSession.getActiveSession()  # built by tests/spark's fixture with the same settings: share it
+    session = local_spark_session(tmp_path_factory.mktemp("warehouse"), "keyedstate-kafka-tests")
     session.dataSource.register(KafkaSource)
 
     def cleanup() -> None:

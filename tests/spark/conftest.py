@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from local_spark import local_spark_session
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 DEFAULT_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
@@ -10,20 +11,7 @@ DEFAULT_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedSta
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("keyedstate-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.stopTimeout", "30000")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
+    yield local_spark_session(tmp_path_factory.mktemp("warehouse"))
 
 
 @pytest.fixture(params=[ROCKSDB_PROVIDER, DEFAULT_PROVIDER], ids=["rocksdb-store", "default-store"])
