@@ -29,12 +29,11 @@ WHY = {
              "raw+codec loop in the state section is the ceiling for any store built on that codec. The RocksDB "
              "store layer (prefix concatenation, type check) and the primitive layer add the rest.",
     "timers": "The whole service pays the per-timer contract that a bare heapq loop does not: on register, "
-              "timestamp validation, the current key's prefix and building the InternalTimer (a tuple subclass: "
-              "~2,000 more CPU instructions per timer than a plain tuple, measured with callgrind); on fire, the "
-              "key context, the namespace and the callback call. The partitioned queue alone (timers section) is "
-              "the data-structure part. The next step is plain tuples inside the queues, with the InternalTimer "
-              "view built only for callbacks that ask for it.",
-    "kafka": "The read itself (Spark's addBatch) is at par with the built-in source; the gap is a fixed cost per "
+              "timestamp validation and the current key's prefix; on fire, building the InternalTimer handed to "
+              "the callback, the key context, the namespace and the callback call. The partitioned queue alone "
+              "(timers section) is the data-structure part.",
+    "kafka": "The read itself (Spark's addBatch) is 0.8-1.3x the built-in source's time across runs (every "
+             "record crosses from a Python worker to the JVM as Arrow); most of the gap is a fixed cost per "
              "query that a JVM source does not pay: for every streaming query Spark starts a fresh "
              "python_streaming_source_runner process (not forked from its worker daemon), which imports pyspark "
              "from pyspark.zip; Python never caches bytecode for zip imports, so ~220 modules are recompiled at "
@@ -52,12 +51,13 @@ WHY = {
                 "gap grows with the number of events (2M table). Profile and proposed fixes: "
                 "bench/PROFILE-spark.md.",
     "bucketed_large": "keyed_process runs Flink's per-element contract in Python (about 7 us per event: "
-                      "process_element, the context, ValueState, and a timer delete plus register per element; "
-                      "the timer service is ~60% of that), while the bucketed function aggregates each frame "
-                      "with one vectorized pandas groupby, so its cost per event falls as batches grow. On top, "
-                      "keyed_process re-encodes each key group's whole state row every batch (~2 s at 500,000 "
-                      "keys); the row format reserves a delta mode (only the keys a batch touched) for that. "
-                      "Profile: bench/PROFILE-spark.md.",
+                      "process_element, the context, ValueState, and a timer delete plus register per element), "
+                      "while the bucketed function aggregates each frame with one vectorized pandas groupby, so "
+                      "its cost per event falls as batches grow. py-spy of a Spark worker at 2M: the per-element "
+                      "loop is ~56% of the worker's CPU, the user function's timer delete and register calls "
+                      "alone ~39%; Spark's Arrow-to-pandas conversion of the input ~10%; encoding the state row "
+                      "~9%. No per-element Python API closes a 2-3x gap to a vectorized function at this size; "
+                      "see bench/PROFILE-spark.md.",
     "pyflink": "PyFlink in local mode has a fixed job start-up cost (shown under the Spark tables) and a blocking "
                "gRPC round trip per state access of a key outside its Python state cache.",
 }
