@@ -102,9 +102,14 @@ def versions() -> dict:
     }
 
 
+# What make bench itself rewrites; changes there say nothing about the code being measured.
+_BENCH_OUTPUTS = (":(exclude)bench/results", ":(exclude)bench/RESULTS.md", ":(exclude)bench/*.png")
+
+
 def git_commit() -> str:
     commit = _run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"])
-    dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
+    dirty = _run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no", "--", ".",
+                  *_BENCH_OUTPUTS])
     return (commit or "n/a") + (" (with uncommitted changes)" if dirty else "")
 
 
