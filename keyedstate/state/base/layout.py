@@ -86,6 +86,12 @@ class EntryCodec:
             )
         return value
 
+    @property
+    def raw_serialize(self) -> Any:
+        """The type's own serialize function, without the state-name error wrapping: for bulk paths, which redo a
+        failed batch through :meth:`serialize_entry` to report the failure with the state's name."""
+        return self._serialize
+
     def serialize_value(self, value: Any) -> bytes:
         try:
             return self._serialize(value)

@@ -258,10 +258,10 @@ def _records_of(descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> I
         for composite, inner in store.data.items():
             for encoded_user_key, (_, entry) in inner.items():
                 yield composite + encoded_user_key, serialize(entry)
-    elif not codec.has_ttl and getattr(codec, "_serialize", None) is not None:
+    elif not codec.has_ttl:
         # One value per stored key and no TTL wrapper: serialize with the type's own function in one comprehension
         # (the snapshot's hot path), and redo it entry by entry only to report a failure with the state's name.
-        fast = codec._serialize
+        fast = codec.raw_serialize
         try:
             records = [(composite, fast(entry)) for composite, entry in store.data.items()]
         except Exception:
