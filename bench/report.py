@@ -5,7 +5,7 @@
 Inputs (all written by the run): meta.json (command, machine, versions, load), <suite>.json (pytest-benchmark
 --benchmark-json), spark.jsonl (one line per Spark/PyFlink round). Every number in the report is read or computed
 from those files; the only fixed text is the description of each workload and, shown only when a target is missed,
-the explanation of why (WHY below). A suite that failed or was not run shows as "not measured" instead of stale
+the explanation of why (WHY, in report_why.py). A suite that failed or was not run shows as "not measured" instead of stale
 numbers.
 """
 
@@ -20,48 +20,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report_spark as S  # noqa: E402
+from report_why import WHY  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-# Why a target is missed: fixed prose (from the per-area analyses), printed under the targets table only on a miss.
-WHY = {
-    "state": "The default value codec (msgpack plus its Python wrapper) costs most of the gap on its own: the "
-             "raw+codec loop in the state section is the ceiling for any store built on that codec. The RocksDB "
-             "store layer (prefix concatenation, type check) and the primitive layer add the rest.",
-    "timers": "The whole service pays the per-timer contract that a bare heapq loop does not: on register, "
-              "timestamp validation and the current key's prefix; on fire, building the InternalTimer handed to "
-              "the callback, the key context, the namespace and the callback call. The partitioned queue alone "
-              "(timers section) is the data-structure part.",
-    "kafka": "The read itself (Spark's addBatch) is 0.8-1.3x the built-in source's time across runs (every "
-             "record crosses from a Python worker to the JVM as Arrow); most of the gap is a fixed cost per "
-             "query that a JVM source does not pay: for every streaming query Spark starts a fresh "
-             "python_streaming_source_runner process (not forked from its worker daemon), which imports pyspark "
-             "from pyspark.zip; Python never caches bytecode for zip imports, so ~220 modules are recompiled at "
-             "every query start (1-3 s on this machine, see 'outside trigger' in the Kafka section). keyedstate's "
-             "own share (its imports, broker round trips) is ~0.3 s. With one micro-batch per query that fixed "
-             "cost dominates; it is paid once per query, so long-running queries amortise it. Analysis: "
-             "bench/PROFILE-kafka.md.",
-    "tws": "Both run Python per key; the margin depends on machine load (rounds run minutes apart, the load at "
-           "the start of every round is in the Spark tables), so a narrow miss is within the run-to-run noise.",
-    "per_key": "The per-key function pays Spark's per-group overhead once per key; keyed_process pays it once "
-               "per key group. A miss means keyed_process's per-element Python work grew (see the bucketed row).",
-    "bucketed": "keyed_process runs about ten Python calls per event (Flink's per-element contract: "
-                "process_element, context, state, timer service), while the hand-written bucketed function "
-                "aggregates each frame with one vectorized pandas groupby and touches its dict once per key. The "
-                "gap grows with the number of events (2M table). Profile and proposed fixes: "
-                "bench/PROFILE-spark.md.",
-    "bucketed_large": "keyed_process runs Flink's per-element contract in Python (about 7 us per event: "
-                      "process_element, the context, ValueState, and a timer delete plus register per element), "
-                      "while the bucketed function aggregates each frame with one vectorized pandas groupby, so "
-                      "its cost per event falls as batches grow. py-spy of a Spark worker at 2M: the per-element "
-                      "loop is ~56% of the worker's CPU, the user function's timer delete and register calls "
-                      "alone ~39%; Spark's Arrow-to-pandas conversion of the input ~10%; encoding the state row "
-                      "~9%. No per-element Python API closes a 2-3x gap to a vectorized function at this size; "
-                      "see bench/PROFILE-spark.md.",
-    "pyflink": "PyFlink in local mode has a fixed job start-up cost (shown under the Spark tables) and a blocking "
-               "gRPC round trip per state access of a key outside its Python state cache.",
-}
-
 
 def load_run(results: Path) -> dict:
     run = {"meta": {}, "suites": {}, "spark": []}
