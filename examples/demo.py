@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Optional
 
 from examples.rich_fraud import ALERT_SCHEMA, RichFraudDetector
 
@@ -131,6 +131,28 @@ class Progress:
             Path(alerts_out).write_text("".join(json.dumps(list(a)) + "\n" for a in sorted(self.alerts)))
 
 
+def watch_query(query: Any, progress: "Progress", step: Callable[[int], None], interval_s: float,
+                on_batch_reported: Optional[Callable[[], None]] = None) -> int:
+    """Poll ``query`` until it stops: print each new batch's progress line (then call ``on_batch_reported`` when the
+    batch ran keyed_process), and call ``step(last reported batch id)`` every ``interval_s`` while it runs (the
+    caller stops the query from there). Returns the last reported batch id; re-raises the query's failure."""
+    reported = -1
+    while True:
+        finished = not query.isActive
+        for update in query.recentProgress:
+            if update["batchId"] > reported:
+                reported = update["batchId"]
+                if progress.report(update) and on_batch_reported is not None:
+                    on_batch_reported()
+        if finished:
+            break
+        step(reported)
+        time.sleep(interval_s)
+    if query.exception():
+        raise query.exception()
+    return reported
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=12, help="micro-batches (file mode) or produced waves (Kafka)")
@@ -176,21 +198,14 @@ def main(argv: list[str] | None = None) -> int:
              .option("checkpointLocation", str(workdir / "checkpoint")).start())
     started = time.monotonic()
     reported = -1
+
+    def stop_when_all_batches_ran(last_reported: int) -> None:
+        status = query.status
+        if not status["isDataAvailable"] and not status["isTriggerActive"] and last_reported >= args.batches - 1:
+            query.stop()
+
     try:
-        while True:
-            finished = not query.isActive
-            for update in query.recentProgress:
-                if update["batchId"] > reported:
-                    progress.report(update)
-                    reported = update["batchId"]
-            if finished:
-                break
-            status = query.status
-            if not status["isDataAvailable"] and not status["isTriggerActive"] and reported >= args.batches - 1:
-                query.stop()
-            time.sleep(0.5)
-        if query.exception():
-            raise query.exception()
+        reported = watch_query(query, progress, stop_when_all_batches_ran, interval_s=0.5)
     finally:
         if query.isActive:
             query.stop()

@@ -26,7 +26,7 @@ from connectors.kafka import BrokersUnavailableError, KafkaSource, attach_commit
 from connectors.kafka.client import KafkaClient
 from connectors.kafka.listener import batch_end_offsets
 from connectors.kafka.offsets import TP, to_offset_json
-from examples.demo import INPUT_SCHEMA, Progress, build_spark, generate_batches
+from examples.demo import INPUT_SCHEMA, Progress, build_spark, generate_batches, watch_query
 from examples.rich_fraud import ALERT_SCHEMA, RichFraudDetector
 
 __all__ = ["check_broker", "ensure_topic", "WaveProducer", "run_kafka_demo"]
@@ -197,29 +197,23 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
     started = time.monotonic()
     targets: list[dict[TP, int]] = []
     reported = -1
+
+    def produce_waves_then_stop(last_reported: int) -> None:
+        # The next wave goes out once the previous one is planned into a batch, so each wave is one batch.
+        planned = _planned_batches(checkpoint)
+        if len(targets) < len(waves) and (not targets or (planned and _covers(
+                batch_end_offsets(str(checkpoint), planned[-1], report.opts), targets[-1]))):
+            targets.append(producer.produce(waves[len(targets)]))
+            log.info("produced wave %d: %s", len(targets) - 1, targets[-1])
+        elif len(targets) == len(waves) and last_reported >= 0 and _covers(
+                batch_end_offsets(str(checkpoint), last_reported, report.opts), targets[-1]):
+            status = query.status
+            if not status["isDataAvailable"] and not status["isTriggerActive"]:
+                query.stop()
+
     try:
-        while True:
-            finished = not query.isActive
-            for update in query.recentProgress:
-                if update["batchId"] > reported:
-                    reported = update["batchId"]
-                    if progress.report(update):
-                        report.print()
-            if finished:
-                break
-            planned = _planned_batches(checkpoint)
-            if len(targets) < len(waves) and (not targets or (planned and _covers(
-                    batch_end_offsets(str(checkpoint), planned[-1], report.opts), targets[-1]))):
-                targets.append(producer.produce(waves[len(targets)]))
-                log.info("produced wave %d: %s", len(targets) - 1, targets[-1])
-            elif len(targets) == len(waves) and reported >= 0 and _covers(
-                    batch_end_offsets(str(checkpoint), reported, report.opts), targets[-1]):
-                status = query.status
-                if not status["isDataAvailable"] and not status["isTriggerActive"]:
-                    query.stop()
-            time.sleep(0.2)
-        if query.exception():
-            raise query.exception()
+        reported = watch_query(query, progress, produce_waves_then_stop, interval_s=0.2,
+                               on_batch_reported=report.print)
         listener.wait_committed(timeout=15)
     finally:
         if query.isActive:
