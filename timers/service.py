@@ -47,12 +47,13 @@ _KEY_CACHE_SIZE = 1 << 16
 _BASE_SET_KEY_WITH_PREFIX = KeyedStateBackend.set_current_key_with_prefix
 _new_timer = tuple.__new__  # InternalTimer((...)) through type.__call__ costs ~2x as much
 
-
-def _as_timer(timer: tuple) -> InternalTimer:
-    return timer if type(timer) is InternalTimer else _new_timer(InternalTimer, timer)
-
 DEFAULT_SERVICE_NAME = "user-timers"
 """Flink's name of the timer service of a ``KeyedProcessOperator``."""
+
+
+def _as_timer(timer: tuple) -> InternalTimer:
+    """The :class:`InternalTimer` view of a queue's plain timer tuple."""
+    return timer if type(timer) is InternalTimer else _new_timer(InternalTimer, timer)
 
 
 class InternalTimerService:

@@ -17,7 +17,7 @@ from keyedstate.api.time_domain import OutputTag, TimeDomain
 from keyedstate.errors import ConfigurationError, KeyedStateError, UserFunctionError
 from keyedstate.operator.outputs import OutputBuffer
 from keyedstate.state.base.backend import KeyedStateBackend
-from timers import InternalTimer, InternalTimerService, TimerService
+from timers import InternalTimerService, TimerService
 
 __all__ = ["KeyedProcessOperator"]
 
@@ -181,14 +181,14 @@ class KeyedProcessOperator:
 
     accepts_timer_tuples = True  # the timer service passes plain (timestamp, key_prefix, namespace, key_group)
 
-    def on_event_time(self, timer: InternalTimer) -> None:
+    def on_event_time(self, timer: tuple) -> None:
         self._fire(timer, TimeDomain.EVENT_TIME, timer[0])
 
-    def on_processing_time(self, timer: InternalTimer) -> None:
+    def on_processing_time(self, timer: tuple) -> None:
         # Flink erases the record timestamp for processing-time firings.
         self._fire(timer, TimeDomain.PROCESSING_TIME, None)
 
-    def _fire(self, timer: InternalTimer, domain: TimeDomain, output_timestamp: Optional[int]) -> None:
+    def _fire(self, timer: tuple, domain: TimeDomain, output_timestamp: Optional[int]) -> None:
         context = self._context
         timestamp = context._timestamp = timer[0]
         context._domain = domain
