@@ -14,7 +14,8 @@ Taken timers stay registered until they fire. The unfired part of the batch is t
 a taken timer puts it in ``_cancelled``. ``add``, ``remove``, ``count`` and the iterators consult both, which they do
 only for timers at or before the firing limit, so a callback can delete a due timer before it fires or register it
 again. A timer registered by a callback that sorts before the next taken one fires first, exactly as in the
-one-by-one order. If firing stops early (a callback raised), the unfired timers go back into their key groups.
+one-by-one order. If firing stops early (a callback raised), the unfired timers go back into their key groups; so
+they do when a callback advances time again (a nested call), which then fires them in order itself.
 """
 
 from __future__ import annotations
@@ -136,15 +137,17 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
     # ---- firing --------------------------------------------------------------------------------------------------
 
     def pop_due(self, limit: int) -> Optional[InternalTimer]:
+        self._release_batch()
         for timer in self._due_before(limit, None):
             return timer
         return None
 
     def due(self, limit: int) -> Iterator[InternalTimer]:
         heads = self._heads
-        if self._batch is not None:  # a callback advancing time again: the batch belongs to the outer call
-            yield from self._due_before(limit, None)
-            return
+        # A callback advancing time again (a nested call): the outer call's unfired timers go back into their key
+        # groups and its walk ends, so this call fires them in order with everything else that is due; the outer
+        # call then takes whatever is still due afresh.
+        self._release_batch()
         cancelled = self._cancelled
         while heads and heads[0][0] <= limit:
             batch = self._take_due(limit)
@@ -155,18 +158,29 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
                     if heads and heads[0] < timer:  # registered by a callback, due before this one
                         self._holding = True
                         yield from self._due_before(limit, timer)
+                        if self._batch is not batch:  # a nested call released the batch, this timer included
+                            break
                         self._holding = False
                     if cancelled and timer in cancelled:  # deleted by a callback before its turn
                         cancelled.remove(timer)
                         continue
                     yield timer
             finally:
-                unfired = self._unfired()
-                self._batch = self._walk = None
-                self._holding = False
-                cancelled.clear()
-                for timer in unfired:
-                    self.add(timer)
+                if self._batch is batch:
+                    self._release_batch()
+
+    def _release_batch(self) -> None:
+        """Put the unfired timers of the batch being fired (if any) back into their key groups and end its walk."""
+        batch = self._batch
+        if batch is None:
+            return
+        unfired = self._unfired()
+        self._walk.__setstate__(len(batch))  # type: ignore[union-attr]  # the taking call's loop ends at its next step
+        self._batch = self._walk = None
+        self._holding = False
+        self._cancelled.clear()
+        for timer in unfired:
+            self.add(timer)
 
     def _due_before(self, limit: int, bound: Optional[InternalTimer]) -> Iterator[InternalTimer]:
         """One by one: due timers still in the key-group queues, while they sort before ``bound`` (if given)."""

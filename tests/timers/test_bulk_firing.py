@@ -1,7 +1,8 @@
 """Bulk firing of the heap queue (``HeapPartitionedTimerQueue.due``) behaves exactly like popping one by one.
 
 The reference is the generic partitioned queue over the same heap queues, which pops one timer per step. Callbacks
-register, delete and re-register timers (some due before the next taken one), and sometimes raise.
+register, delete and re-register timers (some due before the next taken one), advance time again (a nested call),
+and sometimes raise.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def run_scenario(queue, seed):
                     queue.add(rng.choice(pool))
                 elif action < 0.57:
                     raise Boom
+                elif action < 0.62:  # a callback advancing time again, possibly less far than this advance
+                    fired.append(("nested", list(queue.due(item[0] + rng.randrange(-5, 40)))))
                 fired.append(("count", queue.count()))
         except Boom:
             fired.append("boom")
@@ -130,3 +133,44 @@ def test_a_taken_timer_held_back_for_an_earlier_callback_timer_can_be_deleted_an
                 assert queue.count() == (2 if register_again else 1)
         expected = [first, inserted, held, last] if register_again else [first, inserted, last]
         assert fired == expected and queue.count() == 0
+
+
+def test_a_nested_advance_fires_the_outer_advances_pending_timers_in_order_and_only_once():
+    queue = HeapPartitionedTimerQueue()
+    first, second, third = timer(1, "a", 0), timer(5, "b", 0), timer(7, "c", 0)
+    for item in (first, second, third):
+        queue.add(item)
+    fired = []
+    for item in queue.due(5):
+        fired.append(item)
+        if item == first:
+            fired.append(list(queue.due(10)))  # the watermark moved on inside a callback
+    assert fired == [first, [second, third]] and queue.count() == 0
+
+
+def test_a_nested_advance_while_a_taken_timer_is_held_back_fires_it_once():
+    queue = HeapPartitionedTimerQueue()
+    first, held = timer(1, "a", 0), timer(5, "b", 1)
+    inserted = timer(3, "c", 2)
+    for item in (first, held):
+        queue.add(item)
+    fired = []
+    for item in queue.due(10):
+        fired.append(item)
+        if item == first:
+            queue.add(inserted)  # due before ``held``: ``held`` waits while ``inserted`` fires
+        elif item == inserted:
+            fired.append(list(queue.due(4)))  # fires nothing: ``held`` is at 5
+    assert fired == [first, inserted, [], held] and queue.count() == 0
+
+
+def test_pop_due_during_firing_returns_the_next_pending_timer():
+    queue = HeapPartitionedTimerQueue()
+    first, second = timer(1, "a", 0), timer(2, "b", 0)
+    queue.add(first)
+    queue.add(second)
+    fired = []
+    for item in queue.due(5):
+        fired.append(item)
+        fired.append(queue.pop_due(5))
+    assert fired == [first, second] and queue.count() == 0

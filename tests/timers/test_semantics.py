@@ -188,6 +188,23 @@ def test_a_timer_registered_in_a_callback_at_or_before_the_watermark_fires_in_th
     assert service.earliest_timer(TimeDomain.EVENT_TIME).timestamp == 21
 
 
+def test_a_callback_advancing_the_watermark_again_keeps_every_timer_firing_once_in_timestamp_order(setup):
+    backend, service, rec = make(setup)
+    nested = []
+
+    def advance_inside(fired, timer):
+        if fired.timestamp == 1:
+            nested.append(service.advance_watermark(50))  # re-entrant: the watermark moves on inside a callback
+
+    rec.on_fire = advance_inside
+    for i, ts in enumerate([1, 5, 7, 30, 60]):
+        at(backend, f"k{i}")
+        service.register_event_time_timer(V, ts)
+    service.advance_watermark(10)
+    assert [timestamp for timestamp, _ in rec.take()] == [1, 5, 7, 30]
+    assert nested == [3] and service.num_event_time_timers() == 1 and service.current_watermark() == 50
+
+
 def test_callback_registrations_fire_in_the_same_advance_in_timestamp_order(setup):
     backend, service, rec = make(setup)
 
