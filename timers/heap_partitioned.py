@@ -99,13 +99,10 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
 
     def _add_to_batch(self, timer: InternalTimer) -> bool:
         """Registering a timer of the unfired batch: a no-op, or undoing its cancellation. True when handled."""
-        if timer in self._cancelled:
-            batch = self._batch
-            index = bisect_left(batch, timer, self._unfired_start())  # type: ignore[arg-type]
-            if index < len(batch) and batch[index] == timer:  # type: ignore[arg-type]
-                self._cancelled.remove(timer)
-                return True
-            return False
+        cancelled = self._cancelled
+        if timer in cancelled:  # only unfired batch timers are ever cancelled
+            cancelled.remove(timer)
+            return True
         return self._taken(timer)
 
     def remove(self, timer: InternalTimer) -> bool:
