@@ -9,15 +9,14 @@ WHY = {
               "timestamp validation and the current key's prefix; on fire, building the InternalTimer handed to "
               "the callback, the key context, the namespace and the callback call. The partitioned queue alone "
               "(timers section) is the data-structure part.",
-    "kafka": "The read itself (Spark's addBatch) is 0.8-1.3x the built-in source's time across runs (every "
-             "record crosses from a Python worker to the JVM as Arrow); most of the gap is a fixed cost per "
-             "query that a JVM source does not pay: for every streaming query Spark starts a fresh "
-             "python_streaming_source_runner process (not forked from its worker daemon), which imports pyspark "
-             "from pyspark.zip; Python never caches bytecode for zip imports, so ~220 modules are recompiled at "
-             "every query start (1-3 s on this machine, see 'outside trigger' in the Kafka section). keyedstate's "
-             "own share (its imports, broker round trips) is ~0.3 s. With one micro-batch per query that fixed "
-             "cost dominates; it is paid once per query, so long-running queries amortise it. Analysis: "
-             "bench/PROFILE-kafka.md.",
+    "kafka": "Two costs the raw loop and the JVM source do not pay. (1) A fixed ~2 s per query: for every "
+             "streaming query Spark starts a fresh python_streaming_source_runner process (not forked from its "
+             "worker daemon), which imports pyspark from pyspark.zip; Python never caches bytecode for zip "
+             "imports, so ~220 modules are recompiled at every query start (about 1.1 s of it; see 'outside "
+             "trigger' in the Kafka section; keyedstate's own share, its imports and broker round trips, is "
+             "~0.2 s). (2) About 2 s per million records in addBatch on local[2]: every record becomes a Python "
+             "object in librdkafka's consume(), then Arrow, then crosses to the JVM; the built-in source stays in "
+             "the JVM (~1.5 s per million after a ~1.5 s fixed part). Analysis: bench/PROFILE-kafka.md.",
     "tws": "Both run Python per key; the margin depends on machine load (rounds run minutes apart, the load at "
            "the start of every round is in the Spark tables), so a narrow miss is within the run-to-run noise.",
     "per_key": "The per-key function pays Spark's per-group overhead once per key; keyed_process pays it once "

@@ -131,7 +131,10 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
     last_error: Optional[BaseException] = None
     budget_s = opts.broker_retry_timeout_ms / 1000
     while position < 0 or position < end:
-        msgs = consumer.consume(num_messages=min(batch_max, 10_000), timeout=0.5)
+        # consume() waits out its timeout until it has num_messages, so never ask for more than the range still
+        # holds: at the end of a range with no records after it, that wait was most of a small task's time.
+        wanted = min(batch_max, 10_000) if position < 0 else min(batch_max, 10_000, end - position)
+        msgs = consumer.consume(num_messages=wanted, timeout=0.5)
         progressed = False
         n = len(msgs)
         if n and msgs[-1].error() is None and msgs[-1].offset() < end and \
