@@ -135,7 +135,7 @@ def _record(benchmark, name: str, phases: Optional[list] = None) -> None:
                                  "load_avg_1m": round(os.getloadavg()[0], 2)})
     msg = f"\n{name}: {N} records, mean {mean:.2f} s -> {N / mean:,.0f} records/s (load {os.getloadavg()[0]:.1f})"
     if phases:
-        timed = phases[-3:]  # the warm-up round comes first
+        timed = phases[-3:]  # the warm-up rounds come first
         mean_ms = {k: round(sum(p.get(k, 0) for p in timed) / len(timed)) for k in timed[0]}
         benchmark.extra_info["durationMs_mean"] = mean_ms
         msg += "\n  durationMs (mean of timed rounds): " + ", ".join(f"{k}={v}" for k, v in sorted(mean_ms.items()))
@@ -147,7 +147,7 @@ def test_keyedstate_kafka_source(benchmark, spark, broker, topic):
             "commitOffsets": "false"}
     phases: list = []
     result = benchmark.pedantic(_count_through_spark, args=(spark, "keyedstate-kafka", opts, phases), rounds=3,
-                                iterations=1, warmup_rounds=1)
+                                iterations=1, warmup_rounds=2)
     assert result == N
     _record(benchmark, "keyedstate-kafka (Spark local[2])", phases)
 
@@ -158,7 +158,7 @@ def test_spark_builtin_kafka_source(benchmark, spark, broker, topic):
     opts = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest"}
     phases: list = []
     result = benchmark.pedantic(_count_through_spark, args=(spark, "kafka", opts, phases), rounds=3, iterations=1,
-                                warmup_rounds=1)
+                                warmup_rounds=2)
     assert result == N
     _record(benchmark, "Spark built-in kafka source (Spark local[2])", phases)
 
@@ -189,6 +189,6 @@ def _raw_loop(broker: str, topic: str) -> int:
 
 
 def test_raw_confluent_kafka_loop(benchmark, broker, topic):
-    result = benchmark.pedantic(_raw_loop, args=(broker, topic), rounds=3, iterations=1, warmup_rounds=1)
+    result = benchmark.pedantic(_raw_loop, args=(broker, topic), rounds=3, iterations=1, warmup_rounds=2)
     assert result == N
     _record(benchmark, "raw confluent-kafka consumer loop (1 Python process)")

@@ -81,6 +81,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._checkpoint_of_end: dict[str, int] = {}
         self._target: Optional[dict[TP, int]] = None  # Trigger.AvailableNow end
         self._latest: Optional[dict[TP, int]] = None
+        self._initial: Optional[dict] = None  # initialOffset's answer
 
     def __getstate__(self) -> dict:  # shipped to executors for read(); leave driver-only clients behind
         return {"opts": self.opts}
@@ -107,12 +108,18 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # -- DataSourceStreamReader (driver's data-source process) ------------------------------------------------
     def initialOffset(self) -> dict:
-        """Runs once for a NEW query (never on restart from a checkpoint): resolve the startup mode."""
-        from connectors.kafka.startup import resolve_starting_offsets
+        """Runs for a NEW query (never on restart from a checkpoint): resolve the startup mode.
 
-        offsets = resolve_starting_offsets(self.opts, self.client)
-        log.info("starting offsets for %s: %s", self.opts.topics_description, fmt_offsets(offsets))
-        return to_offset_json(offsets)
+        Spark may ask more than once while starting the query; every answer is the first one, so ``latest`` or a
+        timestamp cannot resolve to different offsets in between (and the broker is asked once).
+        """
+        if self._initial is None:
+            from connectors.kafka.startup import resolve_starting_offsets
+
+            offsets = resolve_starting_offsets(self.opts, self.client)
+            log.info("starting offsets for %s: %s", self.opts.topics_description, fmt_offsets(offsets))
+            self._initial = to_offset_json(offsets)
+        return {topic: dict(partitions) for topic, partitions in self._initial.items()}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_offsets_per_trigger is not None:

@@ -56,6 +56,19 @@ def test_earliest_and_latest(kafka_broker, topic10):
     assert initial(bs, subscribe=topic10) == {topic10: {"0": 10, "1": 10, "2": 10}}  # Spark's default: latest
 
 
+
+def test_a_query_start_resolves_latest_once_even_when_records_arrive_in_between(kafka_broker):
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 2)
+    produce(bs, topic, 4, 2)
+    reader = KafkaStreamReader(parse_options({"kafka.bootstrap.servers": bs, "commitOffsets": "false",
+                                              "subscribe": topic, "startingOffsets": "latest"}))
+    first = reader.initialOffset()
+    assert first == {topic: {"0": 2, "1": 2}}
+    produce(bs, topic, 4, 2)  # Spark asks again while starting the query: the start must not move
+    first[topic]["0"] = -99  # and callers cannot alter the remembered answer
+    assert reader.initialOffset() == {topic: {"0": 2, "1": 2}}
+
 def test_explicit_json_with_earliest_and_latest_sentinels(kafka_broker, topic10):
     bs = kafka_broker.bootstrap
     got = initial(bs, subscribe=topic10, startingOffsets=f'{{"{topic10}": {{"0": 4, "1": -2, "2": -1}}}}')
