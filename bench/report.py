@@ -338,7 +338,7 @@ def _spark_section(run: dict, plot: bool) -> list[str]:
              "RocksDB state store for every Spark variant, all input in ONE micro-batch (trigger availableNow, noop "
              "sink, fresh checkpoint per round); seconds = wall time of the query. PyFlink: apache-flink local "
              "mini-cluster, parallelism 2, same events from a file, seconds = the job until its last result. "
-             "Workloads: `bench/spark_workloads.py`.", ""]
+             "Workloads: `bench/spark_workloads.py`, `bench/spark_heavy_workload.py`.", ""]
     lines += S.count_tables(rounds)
     if plot:
         lines += ["![events per second by variant and input size](spark_scaling.png)", ""]

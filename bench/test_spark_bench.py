@@ -1,7 +1,7 @@
 """Spark end-to-end benchmarks: keyed_process vs hand-written applyInPandasWithState (per key, per hash bucket) vs
 transformWithStateInPandas vs PyFlink, on count-with-timeout; and keyed_process vs transformWithStateInPandas on a
-state-heavy workload. Workloads and variants: bench/spark_workloads.py. Results: bench/RESULTS.md
-(``make bench``).
+state-heavy workload. Workloads and variants: bench/spark_workloads.py and bench/spark_heavy_workload.py. Results:
+bench/RESULTS.md (``make bench``).
 
     PYSPARK_PYTHON=$PWD/.venv/bin/python PYTHONPATH=$PWD \\
         .venv/bin/python -m pytest bench/test_spark_bench.py --benchmark-only -s
@@ -38,6 +38,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import spark_heavy_workload as H  # noqa: E402
 import spark_workloads as W  # noqa: E402
 
 W.prepare_environment()
@@ -223,11 +224,11 @@ def test_state_heavy(benchmark, spark, scratch, variant):
         pytest.skip("not selected")
     smoke = SELECTED_SIZES == ["smoke"]
     params = dict(keys=2, entries=500, touches=100, batches=3) if smoke else {}
-    directory = W.ensure_heavy_input(**params)
-    keys = params.get("keys", W.HEAVY_KEYS)
-    entries = params.get("entries", W.HEAVY_ENTRIES)
-    touches = params.get("touches", W.TOUCHES_PER_KEY)
-    batches = params.get("batches", W.HEAVY_BATCHES)
+    directory = H.ensure_heavy_input(**params)
+    keys = params.get("keys", H.HEAVY_KEYS)
+    entries = params.get("entries", H.HEAVY_ENTRIES)
+    touches = params.get("touches", H.TOUCHES_PER_KEY)
+    batches = params.get("batches", H.HEAVY_BATCHES)
     counter = iter(range(1_000))
 
     def setup():
@@ -235,7 +236,7 @@ def test_state_heavy(benchmark, spark, scratch, variant):
 
     def run(checkpoint):
         load = W.load_average()
-        result = W.run_available_now(W.HEAVY_VARIANTS[variant](W.heavy_source(spark, directory)), checkpoint)
+        result = W.run_available_now(H.HEAVY_VARIANTS[variant](H.heavy_source(spark, directory)), checkpoint)
         assert len(result["batches"]) == batches, result["batches"]
         row = {"run": RUN_ID, "workload": "heavy", "variant": variant, "keys": keys, "entries": entries,
                "touches": touches, "wall_s": result["wall_s"], "batches": result["batches"], "load": load,
