@@ -9,14 +9,14 @@ WHY = {
               "timestamp validation and the current key's prefix; on fire, building the InternalTimer handed to "
               "the callback, the key context, the namespace and the callback call. The partitioned queue alone "
               "(timers section) is the data-structure part.",
-    "kafka": "Two costs the raw loop and the JVM source do not pay. (1) A fixed ~2 s per query: for every "
-             "streaming query Spark starts a fresh python_streaming_source_runner process (not forked from its "
-             "worker daemon), which imports pyspark from pyspark.zip; Python never caches bytecode for zip "
-             "imports, so ~220 modules are recompiled at every query start (about 1.1 s of it; see 'outside "
-             "trigger' in the Kafka section; keyedstate's own share, its imports and broker round trips, is "
-             "~0.2 s). (2) About 2 s per million records in addBatch on local[2]: every record becomes a Python "
-             "object in librdkafka's consume(), then Arrow, then crosses to the JVM; the built-in source stays in "
-             "the JVM (~1.5 s per million after a ~1.5 s fixed part). Analysis: bench/PROFILE-kafka.md.",
+    "kafka": "The reading itself is faster than the raw loop: Spark's addBatch (read and count on local[2]) "
+             "takes less time than the raw loop's whole run (Kafka section). The miss is a fixed cost per query "
+             "that neither the raw loop nor the JVM source pays: for every streaming query Spark starts a fresh "
+             "python_streaming_source_runner process (not forked from its worker daemon), which imports pyspark "
+             "from pyspark.zip, and Python never caches bytecode for zip imports. That is ~1.8-2.2 s in 'outside "
+             "trigger', ~1.1 s of it recompiling ~220 pyspark modules; keyedstate's own share (its imports and "
+             "broker round trips) is ~0.2 s. It is paid once per query, so long-running queries amortise it. "
+             "Analysis: bench/PROFILE-kafka.md.",
     "tws": "Both run Python per key; the margin depends on machine load (rounds run minutes apart, the load at "
            "the start of every round is in the Spark tables), so a narrow miss is within the run-to-run noise.",
     "per_key": "The per-key function pays Spark's per-group overhead once per key; keyed_process pays it once "
