@@ -172,7 +172,7 @@ def _raw_loop(broker: str, topic: str) -> int:
     # it looked up first, as a reader of a fixed range does (waiting for partition EOF would add a consume timeout).
     conf = parse_options({"kafka.bootstrap.servers": broker, "subscribe": topic,
                           "commitOffsets": "false"}).librdkafka_config("consumer")
-    conf.pop("logger")
+    conf.pop("logger")  # librdkafka's log lines stay in C, as in any plain consumer
     c = Consumer(conf)
     ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS)}
     c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])

@@ -21,6 +21,13 @@ def timer(ts, key, key_group):
     return make_timer(ts, key_group_prefix(key_group) + encode_key(key), VOID_NAMESPACE)
 
 
+def queue_holding(*timers) -> HeapPartitionedTimerQueue:
+    queue = HeapPartitionedTimerQueue()
+    for item in timers:
+        queue.add(item)
+    return queue
+
+
 class Boom(Exception):
     pass
 
@@ -64,10 +71,8 @@ def test_bulk_firing_equals_one_by_one(seed):
 
 
 def test_a_timer_deleted_by_a_callback_before_its_turn_does_not_fire():
-    queue = HeapPartitionedTimerQueue()
     first, second, third = timer(1, "a", 0), timer(2, "b", 1), timer(3, "c", 2)
-    for item in (first, second, third):
-        queue.add(item)
+    queue = queue_holding(first, second, third)
     fired = []
     for item in queue.due(10):
         fired.append(item)
@@ -78,10 +83,8 @@ def test_a_timer_deleted_by_a_callback_before_its_turn_does_not_fire():
 
 
 def test_timers_left_after_a_callback_raises_fire_at_the_next_advance_in_order():
-    queue = HeapPartitionedTimerQueue()
     timers = [timer(ts, f"k{ts}", ts % 5) for ts in range(100)]
-    for item in reversed(timers):
-        queue.add(item)
+    queue = queue_holding(*reversed(timers))
     steps = queue.due(1000)
     assert [next(steps) for _ in range(10)] == timers[:10]
     steps.close()  # what happens when the callback of the tenth timer raises
@@ -90,10 +93,8 @@ def test_timers_left_after_a_callback_raises_fire_at_the_next_advance_in_order()
 
 
 def test_pending_taken_timers_are_visible_to_inspection_during_firing():
-    queue = HeapPartitionedTimerQueue()
     timers = [timer(ts, "k", 7) for ts in (5, 6, 7)]
-    for item in timers:
-        queue.add(item)
+    queue = queue_holding(*timers)
     steps = queue.due(10)
     assert next(steps) == timers[0]
     assert queue.count(7) == 2 and list(queue.timers_of(7)) == timers[1:] and queue.earliest(7) == timers[1]
@@ -115,11 +116,9 @@ def test_a_taken_timer_held_back_for_an_earlier_callback_timer_can_be_deleted_an
     """A callback registers a timer due before the next taken one; that timer's own callback deletes (and in the
     second run re-registers) the held-back taken timer."""
     for register_again in (False, True):
-        queue = HeapPartitionedTimerQueue()
         first, held, last = timer(1, "a", 0), timer(5, "b", 1), timer(9, "c", 2)
         inserted = timer(3, "d", 3)
-        for item in (first, held, last):
-            queue.add(item)
+        queue = queue_holding(first, held, last)
         fired = []
         for item in queue.due(10):
             fired.append(item)
@@ -136,10 +135,8 @@ def test_a_taken_timer_held_back_for_an_earlier_callback_timer_can_be_deleted_an
 
 
 def test_a_nested_advance_fires_the_outer_advances_pending_timers_in_order_and_only_once():
-    queue = HeapPartitionedTimerQueue()
     first, second, third = timer(1, "a", 0), timer(5, "b", 0), timer(7, "c", 0)
-    for item in (first, second, third):
-        queue.add(item)
+    queue = queue_holding(first, second, third)
     fired = []
     for item in queue.due(5):
         fired.append(item)
@@ -149,11 +146,9 @@ def test_a_nested_advance_fires_the_outer_advances_pending_timers_in_order_and_o
 
 
 def test_a_nested_advance_while_a_taken_timer_is_held_back_fires_it_once():
-    queue = HeapPartitionedTimerQueue()
     first, held = timer(1, "a", 0), timer(5, "b", 1)
     inserted = timer(3, "c", 2)
-    for item in (first, held):
-        queue.add(item)
+    queue = queue_holding(first, held)
     fired = []
     for item in queue.due(10):
         fired.append(item)
@@ -165,10 +160,8 @@ def test_a_nested_advance_while_a_taken_timer_is_held_back_fires_it_once():
 
 
 def test_pop_due_during_firing_returns_the_next_pending_timer():
-    queue = HeapPartitionedTimerQueue()
     first, second = timer(1, "a", 0), timer(2, "b", 0)
-    queue.add(first)
-    queue.add(second)
+    queue = queue_holding(first, second)
     fired = []
     for item in queue.due(5):
         fired.append(item)
