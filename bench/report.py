@@ -304,7 +304,7 @@ def _kafka_section(run: dict) -> list[str]:
     if not suite:
         return ["## Kafka source (issue 6)", "", "Not measured in this run.", ""]
     rows = [(n, suite.get(n)) for n in ("test_raw_confluent_kafka_loop", "test_spark_builtin_kafka_source",
-                                        "test_keyedstate_kafka_source")]
+                                        "test_keyedstate_kafka_source", "test_python_source_floor")]
     rows = [(n, b) for n, b in rows if b and "records" in b.get("extra_info", {})]
     if not rows:
         return ["## Kafka source (issue 6)", "", "Not measured in this run (the suite ran but recorded nothing).", ""]
@@ -326,7 +326,11 @@ def _kafka_section(run: dict) -> list[str]:
         lines.append(f"| {b['extra_info'].get('source', b['name'])} | {st['mean']:.2f} | {st['min']:.2f}-"
                      f"{st['max']:.2f} | {records / st['mean']:,.0f} | {vs} | {add_batch} | {outside} | {_load(b)} |")
     return lines + ["", "addBatch = Spark's time for the micro-batch itself (reading and counting); outside trigger = "
-                    "query start-up and shutdown (for a Python data source: starting its reader process).", ""]
+                    "query start-up and shutdown (for a Python data source: starting its reader process). The floor "
+                    "row is not a competitor: a Python data source with Kafka's schema that reads nothing "
+                    "(`bench/python_source_floor.py`, Arrow batches sliced from arrays built once), i.e. what any "
+                    "Python streaming source costs in Spark before it reads a record: the stream-reader process "
+                    "per query and the JVM's conversion of Arrow batches into rows.", ""]
 
 
 def _spark_section(run: dict, plot: bool) -> list[str]:

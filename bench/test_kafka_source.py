@@ -92,7 +92,13 @@ def spark():
     from pyspark.sql import SparkSession
 
     from connectors.kafka import KafkaSource
+    from python_source_floor import PythonSourceFloor
 
+    # Spark's Python workers import the floor source from this directory (the JVM, and so every worker, inherits
+    # the environment of this process).
+    bench_dir = str(Path(__file__).resolve().parent)
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([bench_dir, *inherited])
     builder = (SparkSession.builder.master("local[2]").appName("keyedstate-kafka-bench")
                .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
                .config("spark.driver.memory", "2g"))
@@ -104,6 +110,7 @@ def spark():
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     session.dataSource.register(KafkaSource)
+    session.dataSource.register(PythonSourceFloor)
     yield session
     session.stop()
 
@@ -150,6 +157,17 @@ def test_keyedstate_kafka_source(benchmark, spark, broker, topic):
                                 iterations=1, warmup_rounds=2)
     assert result == N
     _record(benchmark, "keyedstate-kafka (Spark local[2])", phases)
+
+
+def test_python_source_floor(benchmark, spark):
+    """Not a competitor: what any Python streaming source costs here before reading a single record from Kafka."""
+    from python_source_floor import FLOOR_FORMAT
+
+    phases: list = []
+    result = benchmark.pedantic(_count_through_spark, args=(spark, FLOOR_FORMAT, {"records": str(N)}, phases),
+                                rounds=3, iterations=1, warmup_rounds=2)
+    assert result == N
+    _record(benchmark, "floor: a Python source with Kafka's schema and no Kafka (Spark local[2])", phases)
 
 
 def test_spark_builtin_kafka_source(benchmark, spark, broker, topic):

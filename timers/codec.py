@@ -30,11 +30,17 @@ Keys and namespaces are stored once however many timers they have; sorted timest
 from __future__ import annotations
 
 import struct
+from functools import partial
+from itertools import chain, repeat
+from operator import itemgetter, ne
 from typing import Iterable
+
+import numpy as np
 
 from keyedstate.errors import SerializationError
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, key_group_prefix
 from timers.timer import InternalTimer
+from timers.varint import decode_varints, encode_varints, get_varint, put_varint
 
 __all__ = [
     "RECORD_FORMAT_VERSION",
@@ -102,25 +108,11 @@ def key_group_end(key_group: int) -> bytes:
 # ---- key-group blobs --------------------------------------------------------------------------------------------
 
 
-def _put_varint(out: bytearray, value: int) -> None:
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-
-
-def _get_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 70:
-            raise SerializationError("corrupt timer blob: a varint is longer than 10 bytes")
+_timestamp_of = itemgetter(0)
+_new_timer = partial(tuple.__new__, InternalTimer)  # InternalTimer(fields) through type.__call__ costs ~2x as much
+_prefix_of = itemgetter(1)
+_namespace_of = itemgetter(2)
+_key_group_of = itemgetter(3)
 
 
 def encode_key_group_blob(
@@ -128,30 +120,33 @@ def encode_key_group_blob(
 ) -> bytes:
     """All timers of one key group as one blob (see the module docstring). Timers need not be sorted."""
     domains = [sorted(event_timers), sorted(processing_timers)]
-    key_index: dict[bytes, int] = {}
-    namespace_index: dict[bytes, int] = {}
     for timers in domains:
-        for timer in timers:
-            if timer[3] != key_group:
-                raise SerializationError(f"timer {timer!r} does not belong to key group {key_group}")
-            key_index.setdefault(timer[1], len(key_index))
-            namespace_index.setdefault(timer[2], len(namespace_index))
+        if any(map(ne, map(_key_group_of, timers), repeat(key_group))):
+            stranger = next(timer for timer in timers if timer[3] != key_group)
+            raise SerializationError(f"timer {stranger!r} does not belong to key group {key_group}")
+    # first appearance order over both domains: the index order of the tables
+    keys = list(dict.fromkeys(map(_prefix_of, chain(*domains))))
+    namespaces = list(dict.fromkeys(map(_namespace_of, chain(*domains))))
     out = bytearray((BLOB_FORMAT_VERSION,))
-    _put_varint(out, key_group)
-    for table in (key_index, namespace_index):
-        _put_varint(out, len(table))
-        for item in table:  # dicts keep insertion order == index order
-            raw = item[KEY_GROUP_PREFIX_BYTES:] if table is key_index else item
-            _put_varint(out, len(raw))
+    put_varint(out, key_group)
+    for table, raws in ((keys, [key[KEY_GROUP_PREFIX_BYTES:] for key in keys]), (namespaces, namespaces)):
+        put_varint(out, len(table))
+        for raw in raws:
+            put_varint(out, len(raw))
             out += raw
+    key_index = dict(zip(keys, range(len(keys))))
+    namespace_index = dict(zip(namespaces, range(len(namespaces))))
     for timers in domains:
-        _put_varint(out, len(timers))
-        previous = 0
-        for timer in timers:
-            _put_varint(out, timer[0] - previous)
-            previous = timer[0]
-            _put_varint(out, key_index[timer[1]])
-            _put_varint(out, namespace_index[timer[2]])
+        put_varint(out, len(timers))
+        if timers:
+            timestamps = np.fromiter(map(_timestamp_of, timers), dtype=np.uint64, count=len(timers))
+            columns = np.empty((len(timers), 3), dtype=np.uint64)
+            columns[:, 0] = np.diff(timestamps, prepend=np.uint64(0))
+            columns[:, 1] = np.fromiter(map(key_index.__getitem__, map(_prefix_of, timers)), dtype=np.uint64,
+                                        count=len(timers))
+            columns[:, 2] = np.fromiter(map(namespace_index.__getitem__, map(_namespace_of, timers)),
+                                        dtype=np.uint64, count=len(timers))
+            out += encode_varints(columns)  # per timer: timestamp delta, key index, namespace index
     return bytes(out)
 
 
@@ -165,14 +160,14 @@ def decode_key_group_blob(data: bytes) -> tuple[int, list[InternalTimer], list[I
             f"written by a newer keyedstate or is corrupt"
         )
     try:
-        key_group, pos = _get_varint(data, 1)
+        key_group, pos = get_varint(data, 1)
         group_prefix = key_group_prefix(key_group)
         tables: list[list[bytes]] = []
         for is_key in (True, False):
-            count, pos = _get_varint(data, pos)
+            count, pos = get_varint(data, pos)
             table = []
             for _ in range(count):
-                length, pos = _get_varint(data, pos)
+                length, pos = get_varint(data, pos)
                 raw = data[pos : pos + length]
                 if len(raw) != length:
                     raise IndexError
@@ -182,16 +177,13 @@ def decode_key_group_blob(data: bytes) -> tuple[int, list[InternalTimer], list[I
         keys, namespaces = tables
         domains: list[list[InternalTimer]] = []
         for _ in range(2):
-            count, pos = _get_varint(data, pos)
-            timers: list[InternalTimer] = []
-            timestamp = 0
-            for _ in range(count):
-                delta, pos = _get_varint(data, pos)
-                key_i, pos = _get_varint(data, pos)
-                namespace_i, pos = _get_varint(data, pos)
-                timestamp += delta
-                timers.append(InternalTimer((timestamp, keys[key_i], namespaces[namespace_i], key_group)))
-            domains.append(timers)
+            count, pos = get_varint(data, pos)
+            columns, pos = decode_varints(data, pos, 3 * count)  # per timer: timestamp delta, key, namespace index
+            columns = columns.reshape(count, 3)
+            timestamps = np.cumsum(columns[:, 0]).tolist()
+            domains.append(list(map(_new_timer, zip(
+                timestamps, map(keys.__getitem__, columns[:, 1].tolist()),
+                map(namespaces.__getitem__, columns[:, 2].tolist()), repeat(key_group, count)))))
     except (IndexError, struct.error) as error:
         raise SerializationError(f"corrupt or truncated timer blob ({len(data)} bytes)") from error
     if pos != len(data):

@@ -7,8 +7,9 @@ from typing import Any
 
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers.service import InternalTimerService
+from timers.time import MAX_TIMESTAMP, to_epoch_millis
 
-__all__ = ["TimerService"]
+__all__ = ["TimerService", "CoalescingTimerService"]
 
 _BOUND_TO_SERVICE = (
     "register_event_time_timer",
@@ -56,3 +57,52 @@ class TimerService:
     def delete_event_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
         self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)
+
+
+class CoalescingTimerService(TimerService):
+    """The ``TimerService`` that ``process_element`` gets while the operator runs one key's elements in a row.
+
+    No timer can fire while those elements run (timers fire only when time advances, between runs), and a timer's
+    final state after any sequence of register and delete calls is its last call. So the calls are kept per
+    timestamp, one cheap dict store each, and reach the timer queues once, when the operator calls :meth:`flush`
+    before the current key changes. A key that deletes its previous timer and registers the next one for every
+    element then touches the queue twice per run instead of twice per element. What user code observes is the same
+    as with :class:`TimerService`: invalid timestamps still fail at the call.
+    """
+
+    def __init__(self, service: InternalTimerService) -> None:
+        # not TimerService.__init__: it would bind the direct calls over the methods below
+        self._service = service
+        self._event_time: dict[int, bool] = {}
+        self._processing_time: dict[int, bool] = {}
+
+    def register_processing_time_timer(self, timestamp: Any) -> None:
+        """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
+        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
+            timestamp = to_epoch_millis(timestamp)
+        self._processing_time[timestamp] = True
+
+    def register_event_time_timer(self, timestamp: Any) -> None:
+        """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
+        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
+            timestamp = to_epoch_millis(timestamp)
+        self._event_time[timestamp] = True
+
+    def delete_processing_time_timer(self, timestamp: Any) -> None:
+        """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
+        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
+            timestamp = to_epoch_millis(timestamp)
+        self._processing_time[timestamp] = False
+
+    def delete_event_time_timer(self, timestamp: Any) -> None:
+        """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
+        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
+            timestamp = to_epoch_millis(timestamp)
+        self._event_time[timestamp] = False
+
+    def flush(self) -> None:
+        """Apply the collected calls to the current key's timers; call it before the current key changes."""
+        event_time, processing_time = self._event_time, self._processing_time
+        if event_time or processing_time:
+            self._event_time, self._processing_time = {}, {}
+            self._service.apply_current_key_changes(VOID_NAMESPACE, event_time, processing_time)

@@ -22,12 +22,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from heapq import heapify, heappop, heappush, heapreplace
-from itertools import compress, count, islice
-from operator import eq, itemgetter
 from typing import Iterable, Iterator, Optional
 
 from timers.partitioned import _HEADS_SLACK, KeyGroupPartitionedTimerQueue
-from timers.queue import _COMPACT_SLACK, HeapTimerQueue
+from timers.queue import _COMPACT_SLACK, HeapTimerQueue, sort_timers
 from timers.timer import InternalTimer
 
 __all__ = ["HeapPartitionedTimerQueue"]
@@ -36,7 +34,6 @@ _FIRST_POPS = 32
 # Once this share of a key group's timers has been popped one by one, the rest of its due timers are taken with one
 # linear pass: a pop costs about as much as 16 steps of the pass.
 _PARTITION_SHARE = 16
-_timestamp_of = itemgetter(0)
 
 
 class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
@@ -131,6 +128,27 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             heapify(queue.heap)
         return True
 
+    def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
+        # A key that registers and deletes timers within one run of its elements leaves deletions of timers that
+        # were never queued, and registrations of timers already queued: outside a firing, one set lookup each
+        # settles those without an add/remove call.
+        if self._batch is not None:
+            super().apply_changes(changes, prefix, namespace, key_group)
+            return
+        queue = self.queues.get(key_group)
+        if queue is None:
+            if True not in changes.values():  # only deletions, and this key group has no timers
+                return
+            queue = self.queue(key_group)
+        live = queue.live
+        for timestamp, registered in changes.items():
+            timer = (timestamp, prefix, namespace, key_group)
+            if registered:
+                if timer not in live:
+                    self.add(timer)
+            elif timer in live:
+                self.remove(timer)
+
     # ---- firing --------------------------------------------------------------------------------------------------
 
     def pop_due(self, limit: int) -> Optional[InternalTimer]:
@@ -217,7 +235,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             _take_due_of_queue(queue, limit, taken)
             if queue.heap:
                 heappush(heads, queue.heap[0])
-        _sort_timers(taken)
+        sort_timers(taken)
         return taken
 
     # ---- views that include taken, unfired timers ----------------------------------------------------------------
@@ -257,25 +275,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
     def __iter__(self) -> Iterator[InternalTimer]:
         for key_group in sorted(set(self.queues) | {timer[3] for timer in self._unfired()}):
             yield from self.timers_of(key_group)
-
-
-def _sort_timers(timers: list[InternalTimer]) -> None:
-    """Sort into timer order (timestamp, then key group, key and namespace) several times faster than ``sort()``.
-
-    Sorting by the int timestamp alone avoids tuple comparisons; each run of equal timestamps is then sorted as
-    tuples (runs are short unless many keys share a timestamp, and then it costs about a plain sort).
-    """
-    timers.sort(key=_timestamp_of)
-    timestamps = list(map(_timestamp_of, timers))
-    run_start = run_end = -1
-    for index in compress(count(1), map(eq, timestamps, islice(timestamps, 1, None))):
-        if index != run_end:  # a new run of equal timestamps begins at index - 1
-            if run_end > run_start:
-                timers[run_start:run_end] = sorted(timers[run_start:run_end])
-            run_start = index - 1
-        run_end = index + 1
-    if run_end > run_start:
-        timers[run_start:run_end] = sorted(timers[run_start:run_end])
 
 
 def _take_due_of_queue(queue: HeapTimerQueue, limit: int, taken: list[InternalTimer]) -> None:

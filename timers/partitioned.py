@@ -80,6 +80,17 @@ class KeyGroupPartitionedTimerQueue:
                 heappush(self._heads, head)
         return True
 
+    def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
+        """Register (True) or delete (False) the timer ``(timestamp, prefix, namespace, key_group)`` for every
+        ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``CoalescingTimerService``)."""
+        add = self.add
+        remove = self.remove
+        for timestamp, registered in changes.items():
+            if registered:
+                add((timestamp, prefix, namespace, key_group))
+            else:
+                remove((timestamp, prefix, namespace, key_group))
+
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer over all key groups, or None."""
         heads = self._heads

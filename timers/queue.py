@@ -23,11 +23,13 @@ Complexities: add O(log n), remove O(1) amortised (O(log n) for the head), peek 
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush
+from itertools import compress, count, islice
+from operator import eq, itemgetter
 from typing import Iterable, Iterator, Optional
 
 from timers.timer import InternalTimer
 
-__all__ = ["HeapTimerQueue"]
+__all__ = ["HeapTimerQueue", "sort_timers"]
 
 _COMPACT_SLACK = 64
 
@@ -123,4 +125,28 @@ class HeapTimerQueue:
 
     def __iter__(self) -> Iterator[InternalTimer]:
         """Every registered timer in ascending order (a sorted copy: O(n log n))."""
-        return iter(sorted(self.live))
+        timers = list(self.live)
+        sort_timers(timers)
+        return iter(timers)
+
+
+_timestamp_of = itemgetter(0)
+
+
+def sort_timers(timers: list[InternalTimer]) -> None:
+    """Sort into timer order (timestamp, then key group, key and namespace) several times faster than ``sort()``.
+
+    Sorting by the int timestamp alone avoids tuple comparisons; each run of equal timestamps is then sorted as
+    tuples (runs are short unless many keys share a timestamp, and then it costs about a plain sort).
+    """
+    timers.sort(key=_timestamp_of)
+    timestamps = list(map(_timestamp_of, timers))
+    run_start = run_end = -1
+    for index in compress(count(1), map(eq, timestamps, islice(timestamps, 1, None))):
+        if index != run_end:  # a new run of equal timestamps begins at index - 1
+            if run_end > run_start:
+                timers[run_start:run_end] = sorted(timers[run_start:run_end])
+            run_start = index - 1
+        run_end = index + 1
+    if run_end > run_start:
+        timers[run_start:run_end] = sorted(timers[run_start:run_end])

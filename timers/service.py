@@ -145,6 +145,23 @@ class InternalTimerService:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
         self._processing_queue.remove(self._timer(namespace, timestamp))
 
+    def apply_current_key_changes(self, namespace: bytes, event_time: dict[int, bool],
+                                  processing_time: dict[int, bool]) -> None:
+        """Apply collected registrations (True) and deletions (False) of the current key's timers, per timestamp.
+
+        The net effect of any sequence of register/delete calls on one timer is its last call, so
+        :class:`~timers.facade.CoalescingTimerService` keeps only that and hands it over here. Timestamps must
+        already be validated epoch milliseconds.
+        """
+        backend = self.backend
+        prefix = backend._current_prefix
+        if prefix is None or type(namespace) is not bytes:
+            self._timer(namespace, 0)  # raises NoKeyContextError or the namespace error
+        if event_time:
+            self._event_queue.apply_changes(event_time, prefix, namespace, backend._current_key_group)
+        if processing_time:
+            self._processing_queue.apply_changes(processing_time, prefix, namespace, backend._current_key_group)
+
     # ---- time ----------------------------------------------------------------------------------------------------
 
     def current_watermark(self) -> int:

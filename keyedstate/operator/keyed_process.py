@@ -18,6 +18,7 @@ from keyedstate.errors import ConfigurationError, KeyedStateError, UserFunctionE
 from keyedstate.operator.outputs import OutputBuffer
 from keyedstate.state.base.backend import KeyedStateBackend
 from timers import InternalTimerService, TimerService
+from timers.facade import CoalescingTimerService
 
 __all__ = ["KeyedProcessOperator"]
 
@@ -82,6 +83,7 @@ class KeyedProcessOperator:
         self.outputs = OutputBuffer()
         self.timer_service = InternalTimerService(backend, self)
         self.user_timer_service = TimerService(self.timer_service)
+        self._key_run_timer_service = CoalescingTimerService(self.timer_service)
         self.runtime_context = RuntimeContext(
             backend,
             task_name=task_name or self.function_name,
@@ -137,6 +139,11 @@ class KeyedProcessOperator:
         describe = self._describe_process_element
         context = self._context
         context._domain = None
+        # A key's timer calls reach the queues once per run (see CoalescingTimerService); flushed before the key
+        # changes, and on the way out even when an element failed, so what the run registered stays registered.
+        timer_calls = self._key_run_timer_service
+        flush_timer_calls = timer_calls.flush
+        context._timer_service = timer_calls
         index = start = 0
         try:
             for key, prefix, start, end in runs:
@@ -147,10 +154,14 @@ class KeyedProcessOperator:
                     result = process(values[index], context)
                     if result is not None:
                         collect(result, timestamp, describe)
+                flush_timer_calls()
                 self.elements_processed += end - start
         except Exception as error:
             self.elements_processed += index - start
             raise self._user_error("process_element", f"element {_short(values[index])}", error) from error
+        finally:
+            context._timer_service = self.user_timer_service
+            flush_timer_calls()
 
     def _process_current(self, value: Any, timestamp: Optional[int]) -> None:
         context = self._context

@@ -14,7 +14,7 @@ import pytest
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
 from timers import HeapPartitionedTimerQueue, HeapTimerQueue, KeyGroupPartitionedTimerQueue, make_timer
-from timers.heap_partitioned import _sort_timers
+from timers.queue import sort_timers
 
 
 def timer(ts, key, key_group):
@@ -108,7 +108,7 @@ def test_sorting_breaks_timestamp_ties_by_key_group_key_and_namespace():
     timers = list(dict.fromkeys(timers))
     shuffled = timers[:]
     rng.shuffle(shuffled)
-    _sort_timers(shuffled)
+    sort_timers(shuffled)
     assert shuffled == sorted(timers)
 
 

@@ -235,11 +235,9 @@ class KeyedStateBackend(ABC):
         restored = self._restored_metadata.get(descriptor.name)
         if restored is not None:
             restored.check_compatible(descriptor)
-        from keyedstate.state.primitives import create_primitive  # primitives import this module
-
         codec = EntryCodec(descriptor)
         store = self._create_store(descriptor, codec)
-        primitive = create_primitive(descriptor, codec, store, self)
+        primitive = self._create_primitive(descriptor, codec, store)
         self._states[descriptor.name] = RegisteredState(descriptor, codec, store, primitive)
         return primitive
 
@@ -262,6 +260,12 @@ class KeyedStateBackend(ABC):
         for name, restored in self._restored_metadata.items():
             metadata.setdefault(name, restored)
         return list(metadata.values())
+
+    def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
+        """The user-facing state object over ``store``; backends may return a specialised subclass."""
+        from keyedstate.state.primitives import create_primitive  # primitives import this module
+
+        return create_primitive(descriptor, codec, store, self)
 
     def _create_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> Any:
         kind = descriptor.kind

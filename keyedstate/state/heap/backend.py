@@ -72,6 +72,13 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     # ---- stores --------------------------------------------------------------------------------------------------
 
+    def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
+        if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
+            from keyedstate.state.heap.primitives import HeapValueState  # it imports the primitives, which import us
+
+            return HeapValueState(descriptor, codec, store, self)
+        return super()._create_primitive(descriptor, codec, store)
+
     def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> HeapValueStore:
         return HeapValueStore(self, write_validator(codec, self.validate_writes))
 

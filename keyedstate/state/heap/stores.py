@@ -38,7 +38,7 @@ class HeapValueStore(ValueStore):
     __slots__ = ("data", "_backend", "_validate")
 
     def __init__(self, backend: Any, validate: Any = None) -> None:
-        self.data: dict[bytes, Any] = {}
+        self.data: dict[bytes, Any] = {}  # cleared, never replaced: HeapValueState holds on to it
         self._backend = backend
         self._validate = validate
 

@@ -1,0 +1,128 @@
+"""KeyedProcessOperator.process_key_runs (the Spark group function's hot path) behaves like process_element per
+element: same outputs, same state, same timers, and the same timers fire, whatever the function's timer calls."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
+from keyedstate.errors import UserFunctionError
+from keyedstate.keygroups import key_group_for_key
+from keyedstate.operator import KeyedProcessOperator
+from keyedstate.serialization import encode_key
+from keyedstate.state.base.layout import key_group_prefix
+from keyedstate.state.heap import HeapKeyedStateBackend
+from timers import TimeDomain
+
+MAX_PARALLELISM = 16
+
+
+class TimerHeavy(KeyedProcessFunction):
+    """Every element deletes and registers timers of both domains, with collisions between elements of a key."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        timers = ctx.timer_service()
+        action, timestamp = value
+        if action == "fail":
+            raise RuntimeError("bad element")
+        getattr(timers, action)(timestamp)
+        self.count.update((self.count.value() or 0) + 1)
+        yield ctx.get_current_key(), action, timestamp
+
+    def on_timer(self, timestamp, ctx):
+        if timestamp % 7 == 0:  # a callback registering a timer that is already due fires it in the same advance
+            ctx.timer_service().register_event_time_timer(timestamp + 1)
+        yield ctx.get_current_key(), "fired", timestamp
+
+
+ACTIONS = ["register_event_time_timer", "delete_event_time_timer", "register_processing_time_timer",
+           "delete_processing_time_timer"]
+
+
+def _operator() -> KeyedProcessOperator:
+    operator = KeyedProcessOperator(TimerHeavy(), HeapKeyedStateBackend(max_parallelism=MAX_PARALLELISM))
+    operator.open()
+    return operator
+
+
+def _runs(elements: list[tuple[str, Any]]) -> tuple[list, list, list]:
+    """Elements grouped into one run per key, as the group function builds them."""
+    keys = sorted({key for key, _ in elements})
+    values: list = []
+    runs: list = []
+    for key in keys:
+        start = len(values)
+        values += [value for k, value in elements if k == key]
+        prefix = key_group_prefix(key_group_for_key(key, MAX_PARALLELISM)) + encode_key(key)
+        runs.append((key, prefix, start, len(values)))
+    return runs, values, [None] * len(values)
+
+
+def _timers(operator: KeyedProcessOperator) -> list:
+    service = operator.timer_service
+    return [sorted((t.timestamp, t.key) for t in service.timers(domain))
+            for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME)]
+
+
+def _one_by_one(elements: list[tuple[str, Any]]) -> KeyedProcessOperator:
+    operator = _operator()
+    runs, values, _ = _runs(elements)
+    for key, _, start, end in runs:
+        for value in values[start:end]:
+            operator.process_element(key, value)
+    return operator
+
+
+def _random_elements(rng: random.Random) -> list[tuple[str, Any]]:
+    return [(f"k{rng.randrange(6)}", (rng.choice(ACTIONS), rng.randrange(1, 30))) for _ in range(rng.randrange(1, 80))]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_key_runs_leave_the_timers_state_and_outputs_of_element_by_element_processing(seed):
+    rng = random.Random(seed)
+    batches = [_random_elements(rng) for _ in range(3)]
+    oracle, operator = _operator(), _operator()
+    for elements in batches:
+        runs, values, timestamps = _runs(elements)
+        for key, _, start, end in runs:
+            for value in values[start:end]:
+                oracle.process_element(key, value)
+        operator.process_key_runs(runs, values, timestamps)
+        operator.backend.clear_current_key()
+        assert _timers(operator) == _timers(oracle)
+        assert operator.outputs.drain() == oracle.outputs.drain()
+        watermark = rng.randrange(0, 40)
+        for each in (oracle, operator):
+            each.advance_watermark(watermark)
+            each.advance_processing_time(watermark)
+        assert operator.outputs.drain() == oracle.outputs.drain()
+        assert _timers(operator) == _timers(oracle)
+    assert operator.backend.export_records() == oracle.backend.export_records()
+
+
+def test_a_failing_element_keeps_the_timers_registered_before_it_and_names_key_and_element():
+    operator = _operator()
+    elements = [("a", ("register_event_time_timer", 5)), ("b", ("register_event_time_timer", 6)),
+                ("b", ("delete_event_time_timer", 6)), ("b", ("register_processing_time_timer", 9)),
+                ("b", ("fail", 0)), ("c", ("register_event_time_timer", 7))]
+    runs, values, timestamps = _runs(elements)
+    with pytest.raises(UserFunctionError, match=r"for key 'b' on element \('fail', 0\)"):
+        operator.process_key_runs(runs, values, timestamps)
+    operator.backend.clear_current_key()
+    assert _timers(operator) == [[(5, "a")], [(9, "b")]]
+    assert operator.elements_processed == 4
+    # The timer service handed to callbacks afterwards is the direct one: the due timer registered by the callback
+    # at 7 (for 8) fires in the same advance.
+    runs, values, timestamps = _runs([("c", ("register_event_time_timer", 7))])
+    operator.process_key_runs(runs, values, timestamps)
+    operator.outputs.drain()
+    operator.advance_watermark(10)
+    records, _ = operator.outputs.drain()
+    fired = [(key, timestamp) for key, what, timestamp in records if what == "fired"]
+    assert fired == [("a", 5), ("c", 7), ("c", 8)]

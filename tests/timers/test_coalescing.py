@@ -1,0 +1,102 @@
+"""CoalescingTimerService: a key run's timer calls, kept per timestamp, have the effect of the direct calls."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from keyedstate.errors import InvalidTimestampError
+from keyedstate.state.base.layout import VOID_NAMESPACE
+from timers import TimeDomain, TimerService
+from timers.facade import CoalescingTimerService
+
+from test_semantics import at, make
+
+
+def _timers(service, domain):
+    return sorted((timer.timestamp, timer.key_group) for timer in service.timers(domain))
+
+
+def test_the_last_call_per_timestamp_decides_and_nothing_reaches_the_queue_before_flush(setup):
+    backend, service, rec = make(setup)
+    calls = CoalescingTimerService(service)
+    at(backend, "k")
+    calls.register_event_time_timer(10)
+    calls.delete_event_time_timer(10)  # registered and deleted in the run: gone
+    calls.delete_event_time_timer(20)
+    calls.register_event_time_timer(20)  # deleted, then registered: kept
+    calls.register_processing_time_timer(30)
+    calls.register_processing_time_timer(30)  # twice: once
+    assert service.num_event_time_timers() == 0 and service.num_processing_time_timers() == 0
+    calls.flush()
+    assert [t for t, _ in _timers(service, TimeDomain.EVENT_TIME)] == [20]
+    assert [t for t, _ in _timers(service, TimeDomain.PROCESSING_TIME)] == [30]
+    service.advance_watermark(100)
+    service.advance_processing_time(100)
+    assert [(f.domain, f.timestamp, f.key) for f in rec.fired] == [
+        (TimeDomain.EVENT_TIME, 20, "k"), (TimeDomain.PROCESSING_TIME, 30, "k")]
+
+
+def test_a_run_can_delete_and_re_register_timers_queued_before_it(setup):
+    backend, service, rec = make(setup)
+    at(backend, "k")
+    service.register_event_time_timer(VOID_NAMESPACE, 10)  # queued by an earlier run
+    service.register_event_time_timer(VOID_NAMESPACE, 11)
+    calls = CoalescingTimerService(service)
+    calls.register_event_time_timer(10)  # already queued: re-registering changes nothing ...
+    calls.delete_event_time_timer(10)  # ... and the last call deletes it
+    calls.delete_event_time_timer(11)
+    calls.register_event_time_timer(11)  # deleted and registered again: still there
+    calls.flush()
+    assert [t for t, _ in _timers(service, TimeDomain.EVENT_TIME)] == [11]
+
+
+def test_flush_applies_the_calls_to_the_current_key_only_and_starts_empty_again(setup):
+    backend, service, rec = make(setup)
+    calls = CoalescingTimerService(service)
+    at(backend, "a")
+    calls.register_event_time_timer(5)
+    calls.flush()
+    at(backend, "b")
+    calls.flush()  # nothing collected for b
+    calls.register_event_time_timer(6)
+    calls.flush()
+    service.advance_watermark(10)
+    assert rec.take() == [(5, "a"), (6, "b")]
+
+
+@pytest.mark.parametrize("method", ["register_event_time_timer", "delete_event_time_timer",
+                                    "register_processing_time_timer", "delete_processing_time_timer"])
+@pytest.mark.parametrize("bad", [-1, 2**63, "soon", 1.5])
+def test_an_invalid_timestamp_fails_at_the_call_and_is_not_collected(setup, method, bad):
+    backend, service, _ = make(setup)
+    calls = CoalescingTimerService(service)
+    at(backend, "k")
+    with pytest.raises(InvalidTimestampError):
+        getattr(calls, method)(bad)
+    calls.flush()
+    assert service.num_event_time_timers() == 0 and service.num_processing_time_timers() == 0
+
+
+def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup):
+    """The oracle is TimerService, which applies every call to the queues at once."""
+    rng = random.Random(7)
+    backend_a, direct_service, _ = make(setup)
+    backend_b, coalesced_service, _ = make(setup)
+    direct = TimerService(direct_service)
+    coalescing = CoalescingTimerService(coalesced_service)
+    methods = ["register_event_time_timer", "delete_event_time_timer", "register_processing_time_timer",
+               "delete_processing_time_timer"]
+    for run in range(60):
+        key = f"k{rng.randrange(8)}"
+        at(backend_a, key)
+        at(backend_b, key)
+        for _ in range(rng.randrange(1, 12)):
+            method, timestamp = rng.choice(methods), rng.randrange(1, 15)
+            getattr(direct, method)(timestamp)
+            getattr(coalescing, method)(timestamp)
+        coalescing.flush()
+        for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME):
+            expected = sorted((t.timestamp, t.key) for t in direct_service.timers(domain))
+            assert sorted((t.timestamp, t.key) for t in coalesced_service.timers(domain)) == expected, run
