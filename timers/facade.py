@@ -75,30 +75,45 @@ class CoalescingTimerService(TimerService):
         self._service = service
         self._event_time: dict[int, bool] = {}
         self._processing_time: dict[int, bool] = {}
+        self.collecting = False
+        """Set by the operator while a run of elements is under way. Outside a run (a user function that kept this
+        object and calls it from ``on_timer``) the calls go straight to the queues, for the key current then."""
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
         if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
             timestamp = to_epoch_millis(timestamp)
-        self._processing_time[timestamp] = True
+        if self.collecting:
+            self._processing_time[timestamp] = True
+        else:
+            self._service.register_processing_time_timer(VOID_NAMESPACE, timestamp)
 
     def register_event_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
         if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
             timestamp = to_epoch_millis(timestamp)
-        self._event_time[timestamp] = True
+        if self.collecting:
+            self._event_time[timestamp] = True
+        else:
+            self._service.register_event_time_timer(VOID_NAMESPACE, timestamp)
 
     def delete_processing_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
         if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
             timestamp = to_epoch_millis(timestamp)
-        self._processing_time[timestamp] = False
+        if self.collecting:
+            self._processing_time[timestamp] = False
+        else:
+            self._service.delete_processing_time_timer(VOID_NAMESPACE, timestamp)
 
     def delete_event_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
         if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
             timestamp = to_epoch_millis(timestamp)
-        self._event_time[timestamp] = False
+        if self.collecting:
+            self._event_time[timestamp] = False
+        else:
+            self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)
 
     def flush(self) -> None:
         """Apply the collected calls to the current key's timers; call it before the current key changes."""

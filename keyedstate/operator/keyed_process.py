@@ -144,6 +144,7 @@ class KeyedProcessOperator:
         timer_calls = self._key_run_timer_service
         flush_timer_calls = timer_calls.flush
         context._timer_service = timer_calls
+        timer_calls.collecting = True
         index = start = 0
         try:
             for key, prefix, start, end in runs:
@@ -162,6 +163,7 @@ class KeyedProcessOperator:
         finally:
             context._timer_service = self.user_timer_service
             flush_timer_calls()
+            timer_calls.collecting = False
 
     def _process_current(self, value: Any, timestamp: Optional[int]) -> None:
         context = self._context

@@ -126,3 +126,32 @@ def test_a_failing_element_keeps_the_timers_registered_before_it_and_names_key_a
     records, _ = operator.outputs.drain()
     fired = [(key, timestamp) for key, what, timestamp in records if what == "fired"]
     assert fired == [("a", 5), ("c", 7), ("c", 8)]
+
+
+class KeepsTheTimerService(KeyedProcessFunction):
+    """Keeps the first ``ctx.timer_service()`` it sees and uses it everywhere, including in on_timer."""
+
+    timers = None
+
+    def process_element(self, value, ctx):
+        if self.timers is None:
+            self.timers = ctx.timer_service()
+        self.timers.register_event_time_timer(value)
+
+    def on_timer(self, timestamp, ctx):
+        if timestamp < 100:
+            self.timers.register_event_time_timer(timestamp + 100)  # due at the next watermark, for this key
+        yield ctx.get_current_key(), timestamp
+
+
+def test_a_timer_service_kept_from_process_element_works_for_the_firing_key_in_on_timer():
+    operator = KeyedProcessOperator(KeepsTheTimerService(), HeapKeyedStateBackend(max_parallelism=MAX_PARALLELISM))
+    operator.open()
+    runs, values, timestamps = _runs([("a", 5), ("b", 7)])
+    operator.process_key_runs(runs, values, timestamps)
+    operator.advance_watermark(10)
+    runs, values, timestamps = _runs([("c", 50)])
+    operator.process_key_runs(runs, values, timestamps)  # a flush here must not move a's or b's new timers to c
+    operator.advance_watermark(200)
+    records, _ = operator.outputs.drain()
+    assert records == [("a", 5), ("b", 7), ("c", 50), ("a", 105), ("b", 107), ("c", 150)]

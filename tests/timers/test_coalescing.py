@@ -14,13 +14,20 @@ from timers.facade import CoalescingTimerService
 from test_semantics import at, make
 
 
+def _collecting(service) -> CoalescingTimerService:
+    """The service as the operator uses it during a run of elements."""
+    calls = CoalescingTimerService(service)
+    calls.collecting = True
+    return calls
+
+
 def _timers(service, domain):
     return sorted((timer.timestamp, timer.key_group) for timer in service.timers(domain))
 
 
 def test_the_last_call_per_timestamp_decides_and_nothing_reaches_the_queue_before_flush(setup):
     backend, service, rec = make(setup)
-    calls = CoalescingTimerService(service)
+    calls = _collecting(service)
     at(backend, "k")
     calls.register_event_time_timer(10)
     calls.delete_event_time_timer(10)  # registered and deleted in the run: gone
@@ -43,7 +50,7 @@ def test_a_run_can_delete_and_re_register_timers_queued_before_it(setup):
     at(backend, "k")
     service.register_event_time_timer(VOID_NAMESPACE, 10)  # queued by an earlier run
     service.register_event_time_timer(VOID_NAMESPACE, 11)
-    calls = CoalescingTimerService(service)
+    calls = _collecting(service)
     calls.register_event_time_timer(10)  # already queued: re-registering changes nothing ...
     calls.delete_event_time_timer(10)  # ... and the last call deletes it
     calls.delete_event_time_timer(11)
@@ -54,7 +61,7 @@ def test_a_run_can_delete_and_re_register_timers_queued_before_it(setup):
 
 def test_flush_applies_the_calls_to_the_current_key_only_and_starts_empty_again(setup):
     backend, service, rec = make(setup)
-    calls = CoalescingTimerService(service)
+    calls = _collecting(service)
     at(backend, "a")
     calls.register_event_time_timer(5)
     calls.flush()
@@ -71,7 +78,7 @@ def test_flush_applies_the_calls_to_the_current_key_only_and_starts_empty_again(
 @pytest.mark.parametrize("bad", [-1, 2**63, "soon", 1.5])
 def test_an_invalid_timestamp_fails_at_the_call_and_is_not_collected(setup, method, bad):
     backend, service, _ = make(setup)
-    calls = CoalescingTimerService(service)
+    calls = _collecting(service)
     at(backend, "k")
     with pytest.raises(InvalidTimestampError):
         getattr(calls, method)(bad)
@@ -85,7 +92,7 @@ def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup
     backend_a, direct_service, _ = make(setup)
     backend_b, coalesced_service, _ = make(setup)
     direct = TimerService(direct_service)
-    coalescing = CoalescingTimerService(coalesced_service)
+    coalescing = _collecting(coalesced_service)
     methods = ["register_event_time_timer", "delete_event_time_timer", "register_processing_time_timer",
                "delete_processing_time_timer"]
     for run in range(60):
@@ -100,3 +107,18 @@ def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup
         for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME):
             expected = sorted((t.timestamp, t.key) for t in direct_service.timers(domain))
             assert sorted((t.timestamp, t.key) for t in coalesced_service.timers(domain)) == expected, run
+
+
+def test_outside_a_run_the_calls_go_straight_to_the_queues(setup):
+    backend, service, rec = make(setup)
+    calls = CoalescingTimerService(service)  # not collecting: what a function that kept it gets in on_timer
+    at(backend, "k")
+    calls.register_event_time_timer(10)
+    calls.register_processing_time_timer(11)
+    assert _timers(service, TimeDomain.EVENT_TIME) and _timers(service, TimeDomain.PROCESSING_TIME)
+    calls.delete_processing_time_timer(11)
+    assert not _timers(service, TimeDomain.PROCESSING_TIME)
+    at(backend, "other")
+    calls.flush()  # nothing was collected, so nothing moves to "other"
+    service.advance_watermark(10)
+    assert rec.take() == [(10, "k")]
