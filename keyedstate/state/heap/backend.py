@@ -18,6 +18,7 @@ from keyedstate.state.base.layout import (
 )
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
+from keyedstate.state.heap.primitives import HeapValueState
 from keyedstate.state.heap.stores import (
     HeapListStore,
     HeapMapStore,
@@ -74,8 +75,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
         if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
-            from keyedstate.state.heap.primitives import HeapValueState  # it imports the primitives, which import us
-
             return HeapValueState(descriptor, codec, store, self)
         return super()._create_primitive(descriptor, codec, store)
 
