@@ -68,7 +68,7 @@ KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANT
 # Lines of a suite's output worth echoing as progress: test ids and outcomes (-v), the suites' own one-line results.
 PROGRESS_PREFIXES = ("bench/", "PASSED", "FAILED", "SKIPPED", "ERROR", "[spark-bench]", "ratios to raw",
                      "heap timer service:", "rocksdb timer storage:", "heap timer storage:", "keyedstate-kafka",
-                     "Spark built-in kafka", "raw confluent-kafka", "=====")
+                     "round ", "=====")
 
 
 def _log(message: str) -> None:

@@ -1,16 +1,24 @@
 """Throughput of the keyedstate-kafka source vs Spark's built-in Kafka source vs a raw confluent-kafka loop.
 
-All three read the same topic (4 partitions, KEYEDSTATE_KAFKA_BENCH_RECORDS records of 100-byte values, default
-2,000,000, large enough that reading, not query start-up, is most of the time) from a local KRaft broker started
-here. Spark runs ``local[2]`` and counts each micro-batch in a foreachBatch sink (one batch: Trigger.AvailableNow
-without maxOffsetsPerTrigger); query start-up is included in the time and reported on its own. The raw loop is one
-Python process with the source's executor-consumer settings that assigns all partitions, touches
-key/value/offset/timestamp/headers of every message and stops at the end offsets. Records/s are in each benchmark's
-``extra_info``, for the Spark runs with Spark's per-phase ``durationMs`` and the time outside the trigger (query
-start-up); bench/RESULTS.md has the numbers (``make bench``), bench/PROFILE-kafka.md the analysis.
+All read the same topic (4 partitions, KEYEDSTATE_KAFKA_BENCH_RECORDS records of 100-byte values, default 2,000,000)
+from a local KRaft broker started here. Spark runs ``local[2]`` and counts each micro-batch in a foreachBatch sink,
+reading the whole topic with Trigger.AvailableNow, either in one micro-batch or in four (maxOffsetsPerTrigger = a
+quarter of the topic, the usual way a query catches up on a backlog). The raw loop is one Python process with the
+source's executor-consumer settings that assigns all partitions, touches key/value/offset/timestamp/headers of every
+message and stops at the end offsets. A Python source that reads nothing (``python_source_floor.py``) shows what any
+Python streaming source costs in Spark before it reads a record.
+
+**Records/s through Spark** are Spark's own: the rows of a query's micro-batches over the time Spark spent in them
+(``processedRowsPerSecond``, i.e. the sum of ``durationMs.triggerExecution``). Query start-up (for a Python source:
+Spark starting its stream-reader process) is paid once per query, not per record, and is reported on its own, with the
+wall time of the whole query. The raw loop's records/s count its whole run, consumer start included.
+
+The machine's drift between minutes moves single measurements by 20% or more, so the variants run **interleaved**:
+every round runs each of them once, in turn, and the targets are the medians of the per-round ratios (as in the state
+and timer suites). One warm-up round comes first. ``extra_info`` of the one benchmark holds every round.
 
 Spark's built-in source comes from ``bash scripts/kafka.sh fetch-spark`` (spark-sql-kafka-0-10 from Maven
-Central, cached in .cache/kafka/spark-jars); without it that benchmark is skipped with the command to run.
+Central, cached in .cache/kafka/spark-jars); without it those variants are left out and reported as not measured.
 
 Run: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m pytest bench/test_kafka_source.py --benchmark-only``
 """
@@ -18,6 +26,7 @@ Run: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m pytest bench/test_kaf
 from __future__ import annotations
 
 import glob
+import statistics
 import importlib.util
 import os
 import subprocess
@@ -32,6 +41,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 N = int(os.environ.get("KEYEDSTATE_KAFKA_BENCH_RECORDS", "2000000"))
+ROUNDS = 2 if os.environ.get("KEYEDSTATE_BENCH_SMOKE") else 5
+BATCHES = 4  # the catch-up variants: maxOffsetsPerTrigger = N / BATCHES
 PARTITIONS = 4
 SPARK_JARS = ROOT / ".cache" / "kafka" / "spark-jars"
 
@@ -115,70 +126,27 @@ def spark():
     session.stop()
 
 
-def _count_through_spark(spark, fmt: str, options: dict, phases: Optional[list] = None) -> int:
+def _count_through_spark(spark, fmt: str, options: dict) -> dict:
+    """One query over the whole topic; its wall time, Spark's time in its micro-batches, and their phases."""
     counts: list[int] = []
     ckpt = tempfile.mkdtemp(prefix="kafka-bench-ckpt-")
     t0 = time.perf_counter()
     q = (spark.readStream.format(fmt).options(**options).load().writeStream.option("checkpointLocation", ckpt)
          .foreachBatch(lambda df, _id: counts.append(df.count())).trigger(availableNow=True).start())
     assert q.awaitTermination(1800)
-    wall_ms = (time.perf_counter() - t0) * 1000
+    wall_s = time.perf_counter() - t0
     assert q.exception() is None
-    if phases is not None:
-        # Spark's per-phase durations of the (single) batch, plus everything outside the trigger: query start-up
-        # (for a Python data source that includes starting its stream-reader process) and shutdown.
-        d: dict = {}
-        for progress in q.recentProgress:
-            for k, v in progress.durationMs.items():
-                d[k] = d.get(k, 0) + v
-        d["outsideTrigger"] = round(wall_ms - d.get("triggerExecution", 0))
-        phases.append(d)
-    return sum(counts)
-
-
-def _record(benchmark, name: str, phases: Optional[list] = None) -> None:
-    mean = benchmark.stats.stats.mean
-    benchmark.extra_info.update({"records": N, "records_per_s": round(N / mean), "source": name,
-                                 "load_avg_1m": round(os.getloadavg()[0], 2)})
-    msg = f"\n{name}: {N} records, mean {mean:.2f} s -> {N / mean:,.0f} records/s (load {os.getloadavg()[0]:.1f})"
-    if phases:
-        timed = phases[-3:]  # the warm-up rounds come first
-        mean_ms = {k: round(sum(p.get(k, 0) for p in timed) / len(timed)) for k in timed[0]}
-        benchmark.extra_info["durationMs_mean"] = mean_ms
-        msg += "\n  durationMs (mean of timed rounds): " + ", ".join(f"{k}={v}" for k, v in sorted(mean_ms.items()))
-    print(msg)
-
-
-def test_keyedstate_kafka_source(benchmark, spark, broker, topic):
-    opts = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest",
-            "commitOffsets": "false"}
-    phases: list = []
-    result = benchmark.pedantic(_count_through_spark, args=(spark, "keyedstate-kafka", opts, phases), rounds=3,
-                                iterations=1, warmup_rounds=2)
-    assert result == N
-    _record(benchmark, "keyedstate-kafka (Spark local[2])", phases)
-
-
-def test_python_source_floor(benchmark, spark):
-    """Not a competitor: what any Python streaming source costs here before reading a single record from Kafka."""
-    from python_source_floor import FLOOR_FORMAT
-
-    phases: list = []
-    result = benchmark.pedantic(_count_through_spark, args=(spark, FLOOR_FORMAT, {"records": str(N)}, phases),
-                                rounds=3, iterations=1, warmup_rounds=2)
-    assert result == N
-    _record(benchmark, "floor: a Python source with Kafka's schema and no Kafka (Spark local[2])", phases)
-
-
-def test_spark_builtin_kafka_source(benchmark, spark, broker, topic):
-    if not any(SPARK_JARS.glob("spark-sql-kafka-0-10_*.jar")):
-        pytest.skip("Spark's Kafka source could not be fetched: run `bash scripts/kafka.sh fetch-spark`")
-    opts = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest"}
-    phases: list = []
-    result = benchmark.pedantic(_count_through_spark, args=(spark, "kafka", opts, phases), rounds=3, iterations=1,
-                                warmup_rounds=2)
-    assert result == N
-    _record(benchmark, "Spark built-in kafka source (Spark local[2])", phases)
+    assert sum(counts) == N, f"{fmt} counted {sum(counts)} records, expected {N}"
+    phases: dict = {}
+    batches = 0
+    for progress in q.recentProgress:
+        batches += progress.numInputRows > 0
+        for k, v in progress.durationMs.items():
+            phases[k] = phases.get(k, 0) + v
+    trigger_s = phases.get("triggerExecution", 0) / 1000
+    return {"wall_s": round(wall_s, 3), "trigger_s": round(trigger_s, 3),
+            "add_batch_s": round(phases.get("addBatch", 0) / 1000, 3),
+            "outside_trigger_s": round(wall_s - trigger_s, 3), "batches": batches}
 
 
 def _raw_loop(broker: str, topic: str) -> int:
@@ -206,7 +174,67 @@ def _raw_loop(broker: str, topic: str) -> int:
     return n
 
 
-def test_raw_confluent_kafka_loop(benchmark, broker, topic):
-    result = benchmark.pedantic(_raw_loop, args=(broker, topic), rounds=3, iterations=1, warmup_rounds=2)
-    assert result == N
-    _record(benchmark, "raw confluent-kafka consumer loop (1 Python process)")
+def _timed_raw_loop(broker: str, topic: str) -> dict:
+    t0 = time.perf_counter()
+    assert _raw_loop(broker, topic) == N
+    wall_s = time.perf_counter() - t0
+    return {"wall_s": round(wall_s, 3), "trigger_s": round(wall_s, 3)}
+
+
+def _variants(spark, broker: str, topic: str) -> dict:
+    from python_source_floor import FLOOR_FORMAT
+
+    ours = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest",
+            "commitOffsets": "false"}
+    builtin = {"kafka.bootstrap.servers": broker, "subscribe": topic, "startingOffsets": "earliest"}
+    per_batch = {"maxOffsetsPerTrigger": str(-(-N // BATCHES))}
+    variants = {
+        "keyedstate-kafka": lambda: _count_through_spark(spark, "keyedstate-kafka", ours),
+        "built-in": lambda: _count_through_spark(spark, "kafka", builtin),
+        "raw loop": lambda: _timed_raw_loop(broker, topic),
+        "floor": lambda: _count_through_spark(spark, FLOOR_FORMAT, {"records": str(N)}),
+        f"keyedstate-kafka, {BATCHES} batches": lambda: _count_through_spark(spark, "keyedstate-kafka",
+                                                                            {**ours, **per_batch}),
+        f"built-in, {BATCHES} batches": lambda: _count_through_spark(spark, "kafka", {**builtin, **per_batch}),
+    }
+    if not any(SPARK_JARS.glob("spark-sql-kafka-0-10_*.jar")):
+        print("\nSpark's Kafka source could not be fetched (`bash scripts/kafka.sh fetch-spark`): the built-in "
+              "variants are not measured")
+        variants = {k: v for k, v in variants.items() if not k.startswith("built-in")}
+    return variants
+
+
+def ratio_summary(rounds: list[dict]) -> dict:
+    """Medians of per-round ratios, keyedstate-kafka's records/s over the other's (> 1: keyedstate-kafka is faster).
+    ``[records/s]`` compares Spark's in-trigger time (the raw loop: its whole run); ``[wall]`` whole queries."""
+    out: dict = {}
+    for suffix in ("", f", {BATCHES} batches"):
+        ours = "keyedstate-kafka" + suffix
+        for other, name in (("raw loop", "raw loop"), ("built-in" + suffix, "built-in")):
+            for metric, label in (("trigger_s", "records/s"), ("wall_s", "wall")):
+                ratios = [r[other][metric] / r[ours][metric] for r in rounds if ours in r and other in r]
+                if ratios:
+                    out[f"vs {name}{suffix} [{label}]"] = {"median": round(statistics.median(ratios), 3),
+                                                          "rounds": [round(x, 3) for x in ratios]}
+    return out
+
+
+def test_kafka_sources_interleaved(benchmark, spark, broker, topic):
+    """Every variant once per round, in turn; the benchmark's own time is that of a whole round."""
+    variants = _variants(spark, broker, topic)
+    rounds: list[dict] = []
+
+    def one_round() -> None:
+        rounds.append({name: run() for name, run in variants.items()})
+        print(f"\nround {len(rounds) - 1}: " + ", ".join(
+            f"{name} {m['wall_s']:.2f} s" + (f" (in trigger {m['trigger_s']:.2f})" if "outside_trigger_s" in m
+                                              else "") for name, m in rounds[-1].items())
+              + f" (load {os.getloadavg()[0]:.1f})", flush=True)
+
+    benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1, warmup_rounds=1)
+    timed = rounds[1:]  # the warm-up round comes first
+    summary = ratio_summary(timed)
+    benchmark.extra_info.update({"records": N, "partitions": PARTITIONS, "batches": BATCHES, "rounds": timed,
+                                 "ratios": summary, "load_avg_1m": round(os.getloadavg()[0], 2)})
+    for key, r in summary.items():
+        print(f"keyedstate-kafka {key}: {r['median']:.2f}x (median of {len(r['rounds'])} rounds: {r['rounds']})")

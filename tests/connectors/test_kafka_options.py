@@ -33,15 +33,17 @@ def test_option_names_are_case_insensitive_and_kafka_properties_pass_through():
 
 
 
-def test_executor_consumers_prefetch_deep_and_retry_a_full_queue_quickly_unless_overridden():
+def test_executor_consumers_retry_a_full_prefetch_queue_quickly_and_keep_its_default_depth_unless_overridden():
     conf = parse_options(BASE).librdkafka_config("consumer")
-    # librdkafka's defaults (100,000 and 1 s) stall a task that drains a large range once its queue fills
-    assert conf["queued.min.messages"] == "1000000" and conf["fetch.queue.backoff.ms"] == "10"
+    # librdkafka's 1 s backoff stalls a task that drains a large range once its queue fills; a deeper queue than
+    # librdkafka's default (100,000) makes a small range prefetch, and decompress, the rest of its partition
+    assert conf["fetch.queue.backoff.ms"] == "10" and "queued.min.messages" not in conf
     overridden = parse_options({**BASE, "kafka.queued.min.messages": "5000", "kafka.fetch.queue.backoff.ms": "500"})
     conf = overridden.librdkafka_config("consumer")
     assert conf["queued.min.messages"] == "5000" and conf["fetch.queue.backoff.ms"] == "500"
     for role in ("admin", "committer"):  # consumer-only properties never reach clients that do not fetch
         assert not {"queued.min.messages", "fetch.queue.backoff.ms"} & set(parse_options(BASE).librdkafka_config(role))
+
 
 @pytest.mark.parametrize("opts, match", [
     ({"subscribe": "t", "group.id": "g"}, "kafka.bootstrap.servers is required"),
