@@ -60,10 +60,20 @@ def target_ratios(rounds: dict, size: int | None = None) -> dict[str, dict]:
     for variant in ("tws", "per_key", "bucketed", "pyflink"):
         other = rounds.get((variant, size))
         if other:
-            out[variant] = {"median": _median(other) / _median(kp),
+            paired = _interleaved_ratio(other, kp)
+            out[variant] = {"median": _median(other) / _median(kp) if paired is None else paired,
                             "best": min(r["wall_s"] for r in other) / min(r["wall_s"] for r in kp),
-                            "events": size}
+                            "events": size, "interleaved": paired is not None}
     return out
+
+
+def _interleaved_ratio(other: list[dict], kp: list[dict]) -> float | None:
+    """The median of per-round ratios where both ran in the same interleaved rounds: the machine's drift between
+    minutes then cancels out of each ratio."""
+    ours = {r["interleaved_round"]: r["wall_s"] for r in kp if "interleaved_round" in r}
+    theirs = {r["interleaved_round"]: r["wall_s"] for r in other if "interleaved_round" in r}
+    common = sorted(ours.keys() & theirs.keys())
+    return statistics.median(theirs[i] / ours[i] for i in common) if common else None
 
 
 def _fmt_loads(rounds: list[dict]) -> str:

@@ -62,6 +62,7 @@ PROFILES = {
 }
 # the knobs recorded in meta.json so the report can state exactly what ran
 KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANTS", "SPARK_BENCH_ROUNDS",
+                                                             "SPARK_BENCH_2M_INTERLEAVED_ROUNDS",
                                                              "SPARK_BENCH_HEAVY"})
 
 
