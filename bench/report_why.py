@@ -9,16 +9,11 @@ WHY = {
               "timestamp validation and the current key's prefix; on fire, building the InternalTimer handed to "
               "the callback, the key context, the namespace and the callback call. The partitioned queue alone "
               "(timers section) is the data-structure part.",
-    "kafka": "See the floor row of the Kafka section: a Python data source with Kafka's schema that reads "
-             "nothing (bench/python_source_floor.py) already takes most of the raw loop's time, because every "
-             "Python streaming source pays Spark's per-query start of a fresh python_streaming_source_runner process "
-             "(it imports pyspark from pyspark.zip, where Python caches no bytecode) and the JVM's conversion of the "
-             "Arrow batches into rows. keyedstate-kafka adds reading at the raw loop's own CPU cost per record "
-             "(measured standalone) on the two cores the JVM also needs, so both Kafka targets sit near that bound, "
-             "and single runs land on either side of them: with sources measured back to back, the machine's drift "
-             "moves these ratios by 20% or more between runs. Interleaved round by round in a hand run of the same "
-             "code, the medians were 0.78x the raw loop and 0.94x the built-in source. The start-up is paid once "
-             "per query, so long-running queries amortise it. Analysis: bench/PROFILE-kafka.md (fifth session).",
+    "kafka": "Records/s through Spark count only the time in micro-batches, where keyedstate-kafka reads at about the "
+             "raw loop's CPU cost per record on the two cores the JVM also needs (bench/PROFILE-kafka.md). The "
+             "four-batch variant adds Spark's fixed cost per micro-batch and each read task's first fetch. A miss "
+             "of a few percent is within the machine's drift even with interleaved rounds (see the per-round ratios "
+             "in the Kafka section); a larger one means the reader's cost per record or per task grew.",
     "tws": "Both run Python per key; the margin depends on machine load (rounds run minutes apart, the load at "
            "the start of every round is in the Spark tables), so a narrow miss is within the run-to-run noise.",
     "per_key": "The per-key function pays Spark's per-group overhead once per key; keyed_process pays it once "
@@ -34,7 +29,9 @@ WHY = {
                       "Both use the same JVM CPU; keyed_process's Python CPU is ~3.5x the bucketed function's. "
                       "py-spy of a worker at 2M: the per-element loop with the user function ~32% (its timer calls, "
                       "now applied once per key, ~8%), Spark's Arrow-to-pandas conversion of the input ~12%, "
-                      "building the element Rows ~8%, persisting the row ~12%. See bench/PROFILE-spark.md.",
+                      "building the element Rows ~8%, persisting the row ~12%. The two alternate round by round, "
+                      "so each round's ratio is free of the machine's drift between minutes; the rounds spread a few "
+                      "percent either side of the median (2M table). See bench/PROFILE-spark.md.",
     "pyflink": "PyFlink in local mode has a fixed job start-up cost (shown under the Spark tables) and a blocking "
                "gRPC round trip per state access of a key outside its Python state cache.",
 }
