@@ -26,16 +26,15 @@ Run: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m pytest bench/test_kaf
 from __future__ import annotations
 
 import glob
-import statistics
 import importlib.util
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
