@@ -160,21 +160,29 @@ def test_count_with_timeout(benchmark, spark, scratch, size_name, variant):
         return (checkpoint,), {}
 
     def run(checkpoint):
-        load = W.load_average()
-        result = W.run_available_now(W.COUNT_VARIANTS[variant](W.count_source(spark, directory)), checkpoint)
-        assert len(result["batches"]) == 1, result["batches"]
-        assert result["batches"][0]["rows"] == size.events
-        add_ms = result["batches"][0]["addBatch_ms"]
-        row = {"run": RUN_ID, "workload": "count", "variant": variant, "events": size.events, "keys": size.keys,
-               "wall_s": result["wall_s"], "addBatch_s": add_ms / 1000 if add_ms is not None else None,
-               "trigger_s": result["batches"][0]["trigger_ms"] / 1000, "state_rows": result["batches"][0]["state_rows"],
-               "load": load, "time": time.strftime("%H:%M:%S", time.gmtime())}
-        W.record(row)
-        print(f"\n[spark-bench] {json.dumps(row)}", flush=True)
-        benchmark.extra_info.setdefault("rounds", []).append(row)
-        return result
+        _count_round(benchmark, spark, size, variant, directory, checkpoint)
 
     benchmark.pedantic(run, setup=setup, rounds=rounds, iterations=1)
+
+
+def _count_round(benchmark, spark, size: W.Size, variant: str, directory: Path, checkpoint: Path,
+                 record: bool = True, **labels) -> None:
+    """One count-with-timeout query over ``directory`` in one micro-batch; recorded (with ``labels``) unless
+    ``record`` is false."""
+    load = W.load_average()
+    result = W.run_available_now(W.COUNT_VARIANTS[variant](W.count_source(spark, directory)), checkpoint)
+    assert len(result["batches"]) == 1, result["batches"]
+    assert result["batches"][0]["rows"] == size.events
+    if not record:
+        return
+    add_ms = result["batches"][0]["addBatch_ms"]
+    row = {"run": RUN_ID, "workload": "count", "variant": variant, "events": size.events, "keys": size.keys,
+           "wall_s": result["wall_s"], "addBatch_s": add_ms / 1000 if add_ms is not None else None,
+           "trigger_s": result["batches"][0]["trigger_ms"] / 1000, "state_rows": result["batches"][0]["state_rows"],
+           "load": load, "time": time.strftime("%H:%M:%S", time.gmtime()), **labels}
+    W.record(row)
+    print(f"\n[spark-bench] {json.dumps(row)}", flush=True)
+    benchmark.extra_info.setdefault("rounds", []).append(row)
 
 
 # keyed_process and the bucketed function at 2M take 5-15 s a round, and the machine drifts by 20% or more between
@@ -195,23 +203,10 @@ def test_count_with_timeout_2M_interleaved(benchmark, spark, scratch):
     counter = iter(range(1_000))
 
     def one_round(round_index: int | None) -> None:
+        # round None is the warm-up: the first query over a fresh input pays for cold caches
         for variant in variants:
-            load = W.load_average()
-            result = W.run_available_now(W.COUNT_VARIANTS[variant](W.count_source(spark, directory)),
-                                         scratch / f"chk-{next(counter)}")
-            assert len(result["batches"]) == 1, result["batches"]
-            assert result["batches"][0]["rows"] == size.events
-            if round_index is None:
-                continue  # the warm-up: the first query over a fresh input pays for cold caches
-            add_ms = result["batches"][0]["addBatch_ms"]
-            row = {"run": RUN_ID, "workload": "count", "variant": variant, "events": size.events, "keys": size.keys,
-                   "wall_s": result["wall_s"], "addBatch_s": add_ms / 1000 if add_ms is not None else None,
-                   "trigger_s": result["batches"][0]["trigger_ms"] / 1000,
-                   "state_rows": result["batches"][0]["state_rows"], "load": load,
-                   "time": time.strftime("%H:%M:%S", time.gmtime()), "interleaved_round": round_index}
-            W.record(row)
-            print(f"\n[spark-bench] {json.dumps(row)}", flush=True)
-            benchmark.extra_info.setdefault("rounds", []).append(row)
+            _count_round(benchmark, spark, size, variant, directory, scratch / f"chk-{next(counter)}",
+                         record=round_index is not None, interleaved_round=round_index)
 
     rounds = iter([None, *range(INTERLEAVED_ROUNDS)])
     benchmark.pedantic(lambda: one_round(next(rounds)), rounds=INTERLEAVED_ROUNDS + 1, iterations=1)
