@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: venv test demo bench kafka-jars broker clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py keyedstate/_fastpath.c
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

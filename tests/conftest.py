@@ -11,3 +11,25 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if REPO_ROOT not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *_paths])
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(params=["compiled", "python"])
+def implementation(request, monkeypatch):
+    """Run the test with the compiled fast path (keyedstate.compiled) and again with the pure-Python code it
+    stands in for; the choice is read when state primitives and timer services are created."""
+    from keyedstate import compiled
+    from keyedstate.state.heap import primitives
+    from timers import facade
+
+    if request.param == "python":
+        for module in (primitives, facade):
+            monkeypatch.setattr(module, "fastpath", None)
+    elif compiled.fastpath is None:
+        pytest.fail(
+            "keyedstate._fastpath is not built (or KEYEDSTATE_PURE_PYTHON is set): reinstall with a C compiler "
+            "available (make venv) to test the compiled path"
+        )
+    return request.param

@@ -129,11 +129,8 @@ def encode_key_group_blob(
     namespaces = list(dict.fromkeys(map(_namespace_of, chain(*domains))))
     out = bytearray((BLOB_FORMAT_VERSION,))
     put_varint(out, key_group)
-    for table, raws in ((keys, [key[KEY_GROUP_PREFIX_BYTES:] for key in keys]), (namespaces, namespaces)):
-        put_varint(out, len(table))
-        for raw in raws:
-            put_varint(out, len(raw))
-            out += raw
+    _put_table(out, list(map(_without_key_group, keys)))
+    _put_table(out, namespaces)
     key_index = dict(zip(keys, range(len(keys))))
     namespace_index = dict(zip(namespaces, range(len(namespaces))))
     for timers in domains:
@@ -148,6 +145,26 @@ def encode_key_group_blob(
                                         dtype=np.uint64, count=len(timers))
             out += encode_varints(columns)  # per timer: timestamp delta, key index, namespace index
     return bytes(out)
+
+
+_without_key_group = itemgetter(slice(KEY_GROUP_PREFIX_BYTES, None))
+_ONE_BYTE_VARINTS = [bytes((length,)) for length in range(0x80)]
+
+
+def _put_table(out: bytearray, entries: list[bytes]) -> None:
+    """``varint count`` then ``varint length + bytes`` per entry."""
+    put_varint(out, len(entries))
+    lengths = list(map(len, entries))
+    if lengths and max(lengths) < 0x80:
+        # a table holds one entry per key of the key group: interleave one-byte lengths and entries in C
+        parts = [b""] * (2 * len(entries))
+        parts[0::2] = map(_ONE_BYTE_VARINTS.__getitem__, lengths)
+        parts[1::2] = entries
+        out += b"".join(parts)
+        return
+    for entry in entries:
+        put_varint(out, len(entry))
+        out += entry
 
 
 def decode_key_group_blob(data: bytes) -> tuple[int, list[InternalTimer], list[InternalTimer]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from keyedstate.compiled import fastpath
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers.service import InternalTimerService
 from timers.time import MAX_TIMESTAMP, to_epoch_millis
@@ -73,11 +74,24 @@ class CoalescingTimerService(TimerService):
     def __init__(self, service: InternalTimerService) -> None:
         # not TimerService.__init__: it would bind the direct calls over the methods below
         self._service = service
-        self._event_time: dict[int, bool] = {}
+        self._event_time: dict[int, bool] = {}  # cleared by flush, never replaced: the compiled calls hold them
         self._processing_time: dict[int, bool] = {}
         self.collecting = False
         """Set by the operator while a run of elements is under way. Outside a run (a user function that kept this
         object and calls it from ``on_timer``) the calls go straight to the queues, for the key current then."""
+        if fastpath is not None:
+            # The common call (an int timestamp in range, while collecting) runs in C; everything else reaches the
+            # methods below.
+            for name, changes, registered in (
+                ("register_event_time_timer", self._event_time, True),
+                ("delete_event_time_timer", self._event_time, False),
+                ("register_processing_time_timer", self._processing_time, True),
+                ("delete_processing_time_timer", self._processing_time, False),
+            ):
+                fallback = getattr(CoalescingTimerService, name).__get__(self)
+                call = fastpath.TimerCall(owner=self, changes=changes, mark=registered, fallback=fallback,
+                                          max_timestamp=MAX_TIMESTAMP)
+                setattr(self, name, call.call)
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
@@ -119,5 +133,8 @@ class CoalescingTimerService(TimerService):
         """Apply the collected calls to the current key's timers; call it before the current key changes."""
         event_time, processing_time = self._event_time, self._processing_time
         if event_time or processing_time:
-            self._event_time, self._processing_time = {}, {}
-            self._service.apply_current_key_changes(VOID_NAMESPACE, event_time, processing_time)
+            try:
+                self._service.apply_current_key_changes(VOID_NAMESPACE, event_time, processing_time)
+            finally:
+                event_time.clear()
+                processing_time.clear()

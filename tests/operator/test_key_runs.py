@@ -19,6 +19,14 @@ from timers import TimeDomain
 
 MAX_PARALLELISM = 16
 
+# The Spark group function's configuration: compiled value state and timer calls where built, checked against the
+# pure-Python implementation too.
+pytestmark = pytest.mark.usefixtures("implementation")
+
+
+def _backend() -> HeapKeyedStateBackend:
+    return HeapKeyedStateBackend(max_parallelism=MAX_PARALLELISM, validate_writes=False)
+
 
 class TimerHeavy(KeyedProcessFunction):
     """Every element deletes and registers timers of both domains, with collisions between elements of a key."""
@@ -46,7 +54,7 @@ ACTIONS = ["register_event_time_timer", "delete_event_time_timer", "register_pro
 
 
 def _operator() -> KeyedProcessOperator:
-    operator = KeyedProcessOperator(TimerHeavy(), HeapKeyedStateBackend(max_parallelism=MAX_PARALLELISM))
+    operator = KeyedProcessOperator(TimerHeavy(), _backend())
     operator.open()
     return operator
 
@@ -145,7 +153,7 @@ class KeepsTheTimerService(KeyedProcessFunction):
 
 
 def test_a_timer_service_kept_from_process_element_works_for_the_firing_key_in_on_timer():
-    operator = KeyedProcessOperator(KeepsTheTimerService(), HeapKeyedStateBackend(max_parallelism=MAX_PARALLELISM))
+    operator = KeyedProcessOperator(KeepsTheTimerService(), _backend())
     operator.open()
     runs, values, timestamps = _runs([("a", 5), ("b", 7)])
     operator.process_key_runs(runs, values, timestamps)

@@ -1,4 +1,5 @@
-"""The heap backend's ValueState (reads and writes the store's dict itself) behaves exactly like the generic one."""
+"""The heap backend's ValueState (reads and writes the store's dict itself, in C where the fast path is built)
+behaves exactly like the generic one."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import random
 import pytest
 
 from keyedstate import StateTtlConfig, Time, Types, ValueStateDescriptor
+from keyedstate.compiled import fastpath
 from keyedstate.errors import NoKeyContextError, StateTypeMismatchError
 from keyedstate.state.heap import HeapKeyedStateBackend
-from keyedstate.state.heap.primitives import HeapValueState
+from keyedstate.state.heap.primitives import CompiledHeapValueState, HeapValueState
 from keyedstate.state.primitives import ValueState, create_primitive
+
+IMPLEMENTATIONS = [HeapValueState, CompiledHeapValueState]
 
 
 def _generic(backend, name, type_info):
@@ -21,24 +25,42 @@ def _generic(backend, name, type_info):
     return create_primitive(descriptor, registered.codec, registered.store, backend)
 
 
-def test_plain_value_states_are_heap_value_states_and_ttl_ones_are_not():
-    backend = HeapKeyedStateBackend()
-    assert type(backend.get_or_create_state(ValueStateDescriptor("plain", Types.LONG()))) is HeapValueState
+def _built(cls, backend, name, type_info):
+    """``cls`` over the store the backend registered for ``name``."""
+    if cls is CompiledHeapValueState and fastpath is None:
+        pytest.fail("keyedstate._fastpath is not built: reinstall with a C compiler available (make venv)")
+    descriptor = ValueStateDescriptor(name, type_info)
+    backend.get_or_create_state(descriptor)
+    registered = backend.registered_state(name)
+    return cls(descriptor, registered.codec, registered.store, backend)
+
+
+def test_plain_value_states_are_heap_value_states_compiled_without_write_validation_and_ttl_ones_are_not():
+    validating = HeapKeyedStateBackend()
+    assert type(validating.get_or_create_state(ValueStateDescriptor("plain", Types.LONG()))) is HeapValueState
+    spark_like = HeapKeyedStateBackend(validate_writes=False)
+    expected = HeapValueState if fastpath is None else CompiledHeapValueState
+    assert type(spark_like.get_or_create_state(ValueStateDescriptor("plain", Types.LONG()))) is expected
     with_ttl = ValueStateDescriptor("ttl", Types.LONG())
     with_ttl.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(10)).build())
-    state = backend.get_or_create_state(with_ttl)
-    assert isinstance(state, ValueState) and not isinstance(state, HeapValueState)
+    for backend in (validating, spark_like):
+        state = backend.get_or_create_state(with_ttl)
+        assert isinstance(state, ValueState) and not isinstance(state, HeapValueState)
 
 
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda cls: cls.__name__)
 @pytest.mark.parametrize("validate_writes", [True, False])
-def test_random_operations_match_the_generic_value_state_on_the_same_store(validate_writes):
+def test_random_operations_match_the_generic_value_state_on_the_same_store(cls, validate_writes):
     rng = random.Random(3)
     backend = HeapKeyedStateBackend(validate_writes=validate_writes)
-    fast = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    fast = _built(cls, backend, "count", Types.LONG())
     generic = _generic(backend, "count", Types.LONG())
-    assert type(fast) is HeapValueState and type(generic) is ValueState
-    for _ in range(2_000):
+    for _ in range(3_000):
+        # a fresh prefix object for a key seen before must find that key's value
         backend.set_current_key(f"k{rng.randrange(20)}")
+        namespace = rng.choice([None, None, "window-1", ("window", 2)])
+        fast.set_current_namespace(namespace)
+        generic.set_current_namespace(namespace)
         writer, reader = rng.sample([fast, generic], 2)
         operation = rng.random()
         if operation < 0.45:
@@ -50,9 +72,23 @@ def test_random_operations_match_the_generic_value_state_on_the_same_store(valid
         assert fast.value() == generic.value() == reader.value()
 
 
-def test_errors_are_the_generic_ones():
-    backend = HeapKeyedStateBackend()
-    state = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda cls: cls.__name__)
+def test_any_value_is_stored_as_is_when_the_type_accepts_anything(cls):
+    backend = HeapKeyedStateBackend(validate_writes=False)
+    state = _built(cls, backend, "anything", Types.PICKLED_BYTE_ARRAY())
+    backend.set_current_key("k")
+    value = {"count": 1, "seen": [1, 2]}
+    state.update(value)
+    assert state.value() is value
+    state.update(None)
+    assert state.value() is None
+    assert backend.count_keys_with_state() == 0
+
+
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda cls: cls.__name__)
+def test_errors_are_the_generic_ones(cls):
+    backend = HeapKeyedStateBackend(validate_writes=False)
+    state = _built(cls, backend, "count", Types.LONG())
     with pytest.raises(NoKeyContextError):
         state.value()
     with pytest.raises(NoKeyContextError):
@@ -61,3 +97,9 @@ def test_errors_are_the_generic_ones():
     with pytest.raises(StateTypeMismatchError):
         state.update("not a long")
     assert state.value() is None
+    state.update(7)
+    backend.clear_current_key()
+    with pytest.raises(NoKeyContextError):  # the remembered stored key is not used without a current key
+        state.value()
+    backend.set_current_key("k")
+    assert state.value() == 7

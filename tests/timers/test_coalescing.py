@@ -13,6 +13,8 @@ from timers.facade import CoalescingTimerService
 
 from test_semantics import at, make
 
+pytestmark = pytest.mark.usefixtures("implementation")  # compiled calls where built, and the Python ones
+
 
 def _collecting(service) -> CoalescingTimerService:
     """The service as the operator uses it during a run of elements."""

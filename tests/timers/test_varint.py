@@ -71,16 +71,19 @@ def _reference_blob(key_group, event_timers, processing_timers) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.parametrize("long_keys", [False, True], ids=["short-keys", "some-keys-over-127-bytes"])
 @pytest.mark.parametrize("seed", range(4))
-def test_key_group_blobs_are_byte_identical_to_the_documented_format(seed):
+def test_key_group_blobs_are_byte_identical_to_the_documented_format(seed, long_keys):
     rng = random.Random(seed)
     key_group = rng.randrange(128)
     prefix = key_group_prefix(key_group)
     namespaces = [VOID_NAMESPACE, encode_key("window-1"), encode_key(("w", 2))]
+    padding = ["", "x" * 120, "y" * 300] if long_keys else [""]  # a key table entry's length needs two varint bytes
 
     def timers(n):
         return [(rng.choice([rng.randrange(2**63), 1_700_000_000_000 + rng.randrange(10**6)]),
-                 prefix + encode_key(f"key-{rng.randrange(n)}"), rng.choice(namespaces), key_group) for _ in range(n)]
+                 prefix + encode_key(f"key-{rng.randrange(n)}{rng.choice(padding)}"), rng.choice(namespaces),
+                 key_group) for _ in range(n)]
 
     event_timers, processing_timers = list(set(timers(3_000))), list(set(timers(50)))
     blob = encode_key_group_blob(key_group, event_timers, processing_timers)

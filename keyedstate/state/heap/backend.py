@@ -18,7 +18,7 @@ from keyedstate.state.base.layout import (
 )
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
-from keyedstate.state.heap.primitives import HeapValueState
+from keyedstate.state.heap.primitives import heap_value_state_class
 from keyedstate.state.heap.stores import (
     HeapListStore,
     HeapMapStore,
@@ -75,7 +75,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
         if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
-            return HeapValueState(descriptor, codec, store, self)
+            return heap_value_state_class(store)(descriptor, codec, store, self)
         return super()._create_primitive(descriptor, codec, store)
 
     def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> HeapValueStore:

@@ -1,0 +1,40 @@
+"""The optional compiled fast path (``keyedstate/_fastpath.c``) and the switch that turns it off.
+
+A ``KeyedProcessFunction`` calls ``ValueState.value()``/``update()`` and the timer service once or twice per
+element. Over the heap backend each of those calls is one dict operation; as a Python method the call costs several
+times the operation. When the extension is built (``pip install`` compiles it where a C compiler is available;
+without one the install still succeeds), these calls run in C for the common case and fall back to the Python
+implementation for everything else. The Python code stays the definition of the behaviour, and the test suite runs
+the affected specifications both ways.
+
+Set ``KEYEDSTATE_PURE_PYTHON=1`` (before keyedstate is imported, and for Spark's Python workers too) to use the
+Python implementation only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from types import ModuleType
+from typing import Optional
+
+__all__ = ["fastpath", "PURE_PYTHON_VARIABLE"]
+
+PURE_PYTHON_VARIABLE = "KEYEDSTATE_PURE_PYTHON"
+
+logger = logging.getLogger("keyedstate.compiled")
+
+
+def _load() -> Optional[ModuleType]:
+    if os.environ.get(PURE_PYTHON_VARIABLE, "").strip().lower() not in ("", "0", "false", "no"):
+        return None
+    try:
+        from keyedstate import _fastpath
+    except ImportError:
+        logger.debug("keyedstate._fastpath is not built; using the pure-Python implementation")
+        return None
+    return _fastpath
+
+
+fastpath: Optional[ModuleType] = _load()
+"""The compiled module, or None when it is not built or ``KEYEDSTATE_PURE_PYTHON`` is set."""
