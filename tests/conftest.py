@@ -4,6 +4,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = str(Path(__file__).resolve().parent.parent)
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -11,9 +13,6 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 _paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 if REPO_ROOT not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *_paths])
-
-
-import pytest  # noqa: E402
 
 
 @pytest.fixture(params=["compiled", "python"])
