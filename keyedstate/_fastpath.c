@@ -5,6 +5,8 @@
  * operation. These types do the common case in C and hand everything else (no current key, a value that needs the
  * type check, a timestamp that is not a plain int in range, calls outside a run of elements) to the Python
  * implementation they were built with, which stays the definition of the behaviour: see keyedstate/compiled.py.
+ * TimerFlush applies a key's collected timer calls to the heap timer queues the same way, and rows_from_columns
+ * builds the Spark group function's element Rows.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -305,6 +307,323 @@ static PyTypeObject TimerCallType = {
     .tp_methods = timer_call_methods,
 };
 
+/* ---- TimerFlush ------------------------------------------------------------------------------------------- */
+
+/* CoalescingTimerService.flush for the common case: the heap timer queues, not firing, a current key. For every
+ * collected timestamp it builds the timer tuple and settles it with one set lookup when the queue already agrees
+ * (a deletion of a timer that was never queued, a registration of one already queued); the rest go to the queue's
+ * own add()/remove(). Anything else (another queue type, a queue that is firing, no current key) goes to the
+ * Python flush before anything is applied. The collected calls are cleared either way, as the Python flush does. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *service;          /* InternalTimerService: _event_queue, _processing_queue, backend */
+    PyObject *event_changes;    /* dict timestamp -> bool of the current key's run, event time */
+    PyObject *processing_changes;
+    PyObject *namespace;        /* VOID_NAMESPACE */
+    PyObject *queue_type;       /* HeapPartitionedTimerQueue: the only queue type handled here */
+    PyObject *fallback;         /* callable(): the Python flush */
+} TimerFlush;
+
+static PyObject *name_backend;
+static PyObject *name_current_key_group;
+static PyObject *name_event_queue;
+static PyObject *name_processing_queue;
+static PyObject *name_batch;
+static PyObject *name_queues;
+static PyObject *name_live;
+static PyObject *name_add;
+static PyObject *name_remove;
+
+static int
+timer_flush_traverse(TimerFlush *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->service);
+    Py_VISIT(self->event_changes);
+    Py_VISIT(self->processing_changes);
+    Py_VISIT(self->namespace);
+    Py_VISIT(self->queue_type);
+    Py_VISIT(self->fallback);
+    return 0;
+}
+
+static int
+timer_flush_clear(TimerFlush *self)
+{
+    Py_CLEAR(self->service);
+    Py_CLEAR(self->event_changes);
+    Py_CLEAR(self->processing_changes);
+    Py_CLEAR(self->namespace);
+    Py_CLEAR(self->queue_type);
+    Py_CLEAR(self->fallback);
+    return 0;
+}
+
+static void
+timer_flush_dealloc(TimerFlush *self)
+{
+    PyObject_GC_UnTrack(self);
+    timer_flush_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+timer_flush_init(TimerFlush *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"service", "event_changes", "processing_changes", "namespace", "queue_type",
+                               "fallback", NULL};
+    PyObject *service, *event_changes, *processing_changes, *namespace, *queue_type, *fallback;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!O!O:TimerFlush", keywords, &service, &PyDict_Type,
+                                     &event_changes, &PyDict_Type, &processing_changes, &PyBytes_Type, &namespace,
+                                     &PyType_Type, &queue_type, &fallback)) {
+        return -1;
+    }
+    Py_XSETREF(self->service, Py_NewRef(service));
+    Py_XSETREF(self->event_changes, Py_NewRef(event_changes));
+    Py_XSETREF(self->processing_changes, Py_NewRef(processing_changes));
+    Py_XSETREF(self->namespace, Py_NewRef(namespace));
+    Py_XSETREF(self->queue_type, Py_NewRef(queue_type));
+    Py_XSETREF(self->fallback, Py_NewRef(fallback));
+    return 0;
+}
+
+/* 1: the queue can be handled here (exact type, not firing); 0: not; -1: error. */
+static int
+queue_handled(TimerFlush *self, PyObject *queue)
+{
+    if ((PyObject *)Py_TYPE(queue) != self->queue_type) {
+        return 0;
+    }
+    PyObject *batch = PyObject_GetAttr(queue, name_batch);
+    if (batch == NULL) {
+        return -1;
+    }
+    int idle = batch == Py_None;
+    Py_DECREF(batch);
+    return idle;
+}
+
+/* The live set of the key group's queue (new reference), or NULL without error when the key group has none. */
+static PyObject *
+live_timers(PyObject *queue, PyObject *key_group)
+{
+    PyObject *queues = PyObject_GetAttr(queue, name_queues);
+    if (queues == NULL) {
+        return NULL;
+    }
+    PyObject *group_queue = PyDict_GetItemWithError(queues, key_group);
+    PyObject *live = NULL;
+    if (group_queue != NULL) {
+        live = PyObject_GetAttr(group_queue, name_live);
+    }
+    Py_DECREF(queues);
+    return live;
+}
+
+static int
+apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *prefix, PyObject *key_group)
+{
+    PyObject *live = live_timers(queue, key_group);
+    if (live == NULL && PyErr_Occurred()) {
+        return -1;
+    }
+    if (live != NULL && !PySet_Check(live)) {
+        Py_DECREF(live);
+        PyErr_SetString(PyExc_TypeError, "TimerFlush: a key group's live timers must be a set");
+        return -1;
+    }
+    Py_ssize_t position = 0;
+    PyObject *timestamp, *registered;
+    int result = 0;
+    while (PyDict_Next(changes, &position, &timestamp, &registered)) {
+        int is_registration = registered == Py_True;
+        if (!is_registration && live == NULL) {
+            continue; /* deleting a timer of a key group without timers */
+        }
+        PyObject *timer = PyTuple_Pack(4, timestamp, prefix, self->namespace, key_group);
+        if (timer == NULL) {
+            result = -1;
+            break;
+        }
+        int present = live == NULL ? 0 : PySet_Contains(live, timer);
+        PyObject *outcome = Py_None;
+        Py_INCREF(outcome);
+        if (present < 0) {
+            result = -1;
+        } else if (is_registration && !present) {
+            Py_SETREF(outcome, PyObject_CallMethodOneArg(queue, name_add, timer));
+        } else if (!is_registration && present) {
+            Py_SETREF(outcome, PyObject_CallMethodOneArg(queue, name_remove, timer));
+        }
+        Py_DECREF(timer);
+        if (result < 0 || outcome == NULL) {
+            result = -1;
+            break;
+        }
+        Py_DECREF(outcome);
+        if (live == NULL) { /* add() created the key group's queue */
+            live = live_timers(queue, key_group);
+            if (live == NULL) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_RuntimeError, "TimerFlush: add() left the key group without a queue");
+                }
+                result = -1;
+                break;
+            }
+        }
+    }
+    Py_XDECREF(live);
+    return result;
+}
+
+static PyObject *
+timer_flush_call(TimerFlush *self, PyObject *Py_UNUSED(ignored))
+{
+    int has_event = PyDict_GET_SIZE(self->event_changes) > 0;
+    int has_processing = PyDict_GET_SIZE(self->processing_changes) > 0;
+    if (!has_event && !has_processing) {
+        Py_RETURN_NONE;
+    }
+    PyObject *backend = NULL, *prefix = NULL, *key_group = NULL, *event_queue = NULL, *processing_queue = NULL;
+    PyObject *result = NULL;
+    int handled = 0;
+    backend = PyObject_GetAttr(self->service, name_backend);
+    if (backend == NULL) goto done;
+    prefix = PyObject_GetAttr(backend, name_current_prefix);
+    if (prefix == NULL) goto done;
+    key_group = PyObject_GetAttr(backend, name_current_key_group);
+    if (key_group == NULL) goto done;
+    event_queue = PyObject_GetAttr(self->service, name_event_queue);
+    if (event_queue == NULL) goto done;
+    processing_queue = PyObject_GetAttr(self->service, name_processing_queue);
+    if (processing_queue == NULL) goto done;
+    handled = PyBytes_CheckExact(prefix) && PyLong_CheckExact(key_group);
+    if (handled && has_event) {
+        handled = queue_handled(self, event_queue);
+    }
+    if (handled > 0 && has_processing) {
+        handled = queue_handled(self, processing_queue);
+    }
+    if (handled < 0) goto done;
+    if (!handled) {
+        result = PyObject_CallNoArgs(self->fallback);
+        goto done;
+    }
+    if (has_event && apply_changes(self, event_queue, self->event_changes, prefix, key_group) < 0) goto done;
+    if (has_processing && apply_changes(self, processing_queue, self->processing_changes, prefix, key_group) < 0)
+        goto done;
+    result = Py_NewRef(Py_None);
+done:
+    if (handled > 0 || result == NULL) {
+        /* the Python flush clears in its own finally; here the calls are cleared whatever happened */
+        PyDict_Clear(self->event_changes);
+        PyDict_Clear(self->processing_changes);
+    }
+    Py_XDECREF(backend);
+    Py_XDECREF(prefix);
+    Py_XDECREF(key_group);
+    Py_XDECREF(event_queue);
+    Py_XDECREF(processing_queue);
+    return result;
+}
+
+static PyMethodDef timer_flush_methods[] = {
+    {"call", (PyCFunction)timer_flush_call, METH_NOARGS, "Apply the collected timer calls of the current key."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TimerFlushType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "keyedstate._fastpath.TimerFlush",
+    .tp_doc = "CoalescingTimerService.flush over heap timer queues (see keyedstate.compiled).",
+    .tp_basicsize = sizeof(TimerFlush),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)timer_flush_init,
+    .tp_dealloc = (destructor)timer_flush_dealloc,
+    .tp_traverse = (traverseproc)timer_flush_traverse,
+    .tp_clear = (inquiry)timer_flush_clear,
+    .tp_methods = timer_flush_methods,
+};
+
+/* ---- rows from columns ------------------------------------------------------------------------------------- */
+
+/* rows_from_columns(row_type, columns): one row_type instance per position of the equally long lists ``columns``.
+ * What ``list(map(partial(tuple.__new__, row_type), zip(*columns)))`` builds, with one allocation per row instead
+ * of a zip tuple, a call and a copy. */
+static PyObject *
+rows_from_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "rows_from_columns(row_type, columns) takes two arguments");
+        return NULL;
+    }
+    PyObject *type_object = args[0];
+    if (!PyType_Check(type_object) || !PyType_IsSubtype((PyTypeObject *)type_object, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "rows_from_columns: row_type must be a tuple subclass");
+        return NULL;
+    }
+    PyTypeObject *row_type = (PyTypeObject *)type_object;
+    PyObject *columns = PySequence_Fast(args[1], "rows_from_columns: columns must be a sequence of lists");
+    if (columns == NULL) {
+        return NULL;
+    }
+    Py_ssize_t width = PySequence_Fast_GET_SIZE(columns);
+    PyObject **column_items = PySequence_Fast_ITEMS(columns);
+    Py_ssize_t count = -1;
+    for (Py_ssize_t c = 0; c < width; c++) {
+        if (!PyList_CheckExact(column_items[c])) {
+            PyErr_SetString(PyExc_TypeError, "rows_from_columns: every column must be a list");
+            Py_DECREF(columns);
+            return NULL;
+        }
+        Py_ssize_t length = PyList_GET_SIZE(column_items[c]);
+        if (count >= 0 && length != count) {
+            PyErr_SetString(PyExc_ValueError, "rows_from_columns: the columns differ in length");
+            Py_DECREF(columns);
+            return NULL;
+        }
+        count = length;
+    }
+    if (count < 0) {
+        count = 0;
+    }
+    PyObject *rows = PyList_New(count);
+    if (rows == NULL) {
+        Py_DECREF(columns);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *row = row_type->tp_alloc(row_type, width);
+        if (row == NULL) {
+            Py_DECREF(rows);
+            Py_DECREF(columns);
+            return NULL;
+        }
+        PyList_SET_ITEM(rows, i, row);
+        for (Py_ssize_t c = 0; c < width; c++) {
+            /* allocation can run a garbage collection, and a finalizer could shrink a list */
+            if (i >= PyList_GET_SIZE(column_items[c])) {
+                PyErr_SetString(PyExc_RuntimeError, "rows_from_columns: a column changed size");
+                Py_DECREF(rows);
+                Py_DECREF(columns);
+                return NULL;
+            }
+            PyObject *value = PyList_GET_ITEM(column_items[c], i);
+            Py_INCREF(value);
+            PyTuple_SET_ITEM(row, c, value);
+        }
+    }
+    Py_DECREF(columns);
+    return rows;
+}
+
+static PyMethodDef module_methods[] = {
+    {"rows_from_columns", (PyCFunction)(void (*)(void))rows_from_columns, METH_FASTCALL,
+     "rows_from_columns(row_type, columns) -> [row_type(values at i) for each position i of the columns]"},
+    {NULL, NULL, 0, NULL},
+};
+
 /* ---- module ------------------------------------------------------------------------------------------------ */
 
 static struct PyModuleDef fastpath_module = {
@@ -312,6 +631,7 @@ static struct PyModuleDef fastpath_module = {
     .m_name = "keyedstate._fastpath",
     .m_doc = "Compiled fast path of per-element state and timer calls (optional; see keyedstate.compiled).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
@@ -319,10 +639,22 @@ PyInit__fastpath(void)
 {
     name_current_prefix = PyUnicode_InternFromString("_current_prefix");
     name_collecting = PyUnicode_InternFromString("collecting");
-    if (name_current_prefix == NULL || name_collecting == NULL) {
+    name_backend = PyUnicode_InternFromString("backend");
+    name_current_key_group = PyUnicode_InternFromString("_current_key_group");
+    name_event_queue = PyUnicode_InternFromString("_event_queue");
+    name_processing_queue = PyUnicode_InternFromString("_processing_queue");
+    name_batch = PyUnicode_InternFromString("_batch");
+    name_queues = PyUnicode_InternFromString("queues");
+    name_live = PyUnicode_InternFromString("live");
+    name_add = PyUnicode_InternFromString("add");
+    name_remove = PyUnicode_InternFromString("remove");
+    if (name_current_prefix == NULL || name_collecting == NULL || name_backend == NULL ||
+        name_current_key_group == NULL || name_event_queue == NULL || name_processing_queue == NULL ||
+        name_batch == NULL || name_queues == NULL || name_live == NULL || name_add == NULL || name_remove == NULL) {
         return NULL;
     }
-    if (PyType_Ready(&HeapValueAccessType) < 0 || PyType_Ready(&TimerCallType) < 0) {
+    if (PyType_Ready(&HeapValueAccessType) < 0 || PyType_Ready(&TimerCallType) < 0 ||
+        PyType_Ready(&TimerFlushType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&fastpath_module);
@@ -330,7 +662,8 @@ PyInit__fastpath(void)
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "HeapValueAccess", (PyObject *)&HeapValueAccessType) < 0 ||
-        PyModule_AddObjectRef(module, "TimerCall", (PyObject *)&TimerCallType) < 0) {
+        PyModule_AddObjectRef(module, "TimerCall", (PyObject *)&TimerCallType) < 0 ||
+        PyModule_AddObjectRef(module, "TimerFlush", (PyObject *)&TimerFlushType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -4,7 +4,8 @@ A ``KeyedProcessFunction`` calls ``ValueState.value()``/``update()`` and the tim
 element. Over the heap backend each of those calls is one dict operation; as a Python method the call costs several
 times the operation. When the extension is built (``pip install`` compiles it where a C compiler is available;
 without one the install still succeeds), these calls run in C for the common case and fall back to the Python
-implementation for everything else. The Python code stays the definition of the behaviour, and the test suite runs
+implementation for everything else. So do two steps the Spark group function takes per key or element: applying a
+key's collected timer calls to the heap timer queues, and building the ``Row`` each element is handed as. The Python code stays the definition of the behaviour, and the test suite runs
 the affected specifications both ways.
 
 Set ``KEYEDSTATE_PURE_PYTHON=1`` (before keyedstate is imported, and for Spark's Python workers too) to use the

@@ -19,7 +19,10 @@ from timers import InternalTimerService
 backend = HeapKeyedStateBackend(validate_writes=False)
 state = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
 calls = CoalescingTimerService(InternalTimerService(backend, None))
-print(fastpath is not None, type(state).__name__, "register_event_time_timer" in vars(calls))
+from keyedstate.spark.rows import rows_builder
+compiled_rows = "rows_from_columns" in repr(rows_builder(["a"]))
+print(fastpath is not None, type(state).__name__, "register_event_time_timer" in vars(calls), "flush" in vars(calls),
+      compiled_rows)
 """
 
 
@@ -40,9 +43,9 @@ def test_the_install_built_the_fast_path():
 
 @pytest.mark.parametrize("value", [None, "0", "false"])
 def test_the_fast_path_is_used_unless_turned_off(value):
-    assert _probe(value) == "True CompiledHeapValueState True"
+    assert _probe(value) == "True CompiledHeapValueState True True True"
 
 
 @pytest.mark.parametrize("value", ["1", "yes", "true"])
 def test_keyedstate_pure_python_runs_the_python_implementation(value):
-    assert _probe(value) == "False HeapValueState False"
+    assert _probe(value) == "False HeapValueState False False False"

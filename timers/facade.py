@@ -7,6 +7,7 @@ from typing import Any
 
 from keyedstate.compiled import fastpath
 from keyedstate.state.base.layout import VOID_NAMESPACE
+from timers.heap_partitioned import HeapPartitionedTimerQueue
 from timers.service import InternalTimerService
 from timers.time import MAX_TIMESTAMP, to_epoch_millis
 
@@ -92,6 +93,12 @@ class CoalescingTimerService(TimerService):
                 call = fastpath.TimerCall(owner=self, changes=changes, mark=registered, fallback=fallback,
                                           max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
+            # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
+            self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]
+                service=service, event_changes=self._event_time, processing_changes=self._processing_time,
+                namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
+                fallback=CoalescingTimerService.flush.__get__(self),
+            ).call
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""

@@ -6,12 +6,13 @@ a pickle fallback (:class:`DefaultValueCodec`) unless a descriptor names its own
 
 from typing import Any, Protocol, runtime_checkable
 
-from keyedstate.serialization.keys import SUPPORTED_KEY_TYPES, decode_key, encode_key
+from keyedstate.serialization.keys import SUPPORTED_KEY_TYPES, decode_key, encode_key, encode_keys_with_prefix
 from keyedstate.serialization.values import DEFAULT_CODEC, DefaultValueCodec, PickleValueCodec
 
 __all__ = [
     "TypeSerializer",
     "encode_key",
+    "encode_keys_with_prefix",
     "decode_key",
     "SUPPORTED_KEY_TYPES",
     "DefaultValueCodec",

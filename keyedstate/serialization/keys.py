@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import struct
-from typing import Any
+from typing import Any, Iterable
 
 from keyedstate.errors import UnsupportedKeyTypeError
 
-__all__ = ["encode_key", "decode_key", "SUPPORTED_KEY_TYPES"]
+__all__ = ["encode_key", "encode_keys_with_prefix", "decode_key", "SUPPORTED_KEY_TYPES"]
 
 SUPPORTED_KEY_TYPES = "None, bool, int, float (not NaN), str, bytes, datetime.date, datetime.datetime and tuples of these"
 
@@ -139,6 +139,18 @@ def encode_key(value: Any) -> bytes:
     out: list[bytes] = []
     _encode_element(value, out, False)
     return b"".join(out)
+
+
+def encode_keys_with_prefix(prefix: bytes, keys: Iterable[Any]) -> list[bytes]:
+    """``[prefix + encode_key(key) for key in keys]``, with str keys (the common case) encoded inline: a batch's
+    keys are encoded once each, and the call per key would cost as much as the encoding."""
+    str_start = prefix + b"\x02"
+    join = b"".join
+    return [
+        join((str_start, key.encode("utf-8").replace(b"\x00", b"\x00\xff"), b"\x00")) if type(key) is str
+        else prefix + encode_key(key)
+        for key in keys
+    ]
 
 
 def _read_escaped(data: bytes, pos: int) -> tuple[bytes, int]:

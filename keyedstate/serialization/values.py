@@ -171,10 +171,16 @@ class DefaultValueCodec:
         )
 
 
+def _pickle_unchecked(value: Any) -> bytes:
+    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+
 class PickleValueCodec:
     """Plain pickle (highest protocol): PyFlink's ``Types.PICKLED_BYTE_ARRAY()``."""
 
     name = "pickle"
+    #: serialize() without the descriptive error: for bulk paths, which redo a failed batch through serialize()
+    bulk_serialize = staticmethod(_pickle_unchecked)
 
     def serialize(self, value: Any) -> bytes:
         return _pickle(value)

@@ -1,7 +1,8 @@
 """``keyed_process``: run a ``KeyedProcessFunction`` on a streaming DataFrame, Flink-style.
 
-Spark groups are key groups, not user keys: a key-group column ``pmod(xxhash64(key columns), num_key_groups)`` is
-added, the stream is grouped by it, and keyedstate runs every key of a group (its state, its timers) inside one
+Spark groups are key groups, not user keys: the key group ``pmod(xxhash64(key columns), num_key_groups)`` is
+computed, the stream is grouped by a column that stands for it (see :mod:`keyedstate.spark.key_group_layout` for why
+it is not the number itself), and keyedstate runs every key of a group (its state, its timers) inside one
 ``applyInPandasWithState`` call. Grouping by the user key instead (``num_key_groups=None``) costs Spark about 1 ms
 per key and batch, which caps a 2-core machine near 2,000 keys/s.
 """
@@ -15,7 +16,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
-    IntegerType,
     LongType,
     StructType,
     TimestampNTZType,
@@ -35,6 +35,7 @@ from keyedstate.spark.group_function import (
     GroupFunctionSpec,
     make_group_function,
 )
+from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 from keyedstate.spark.row_format import STATE_ROW_SCHEMA_DDL
 
@@ -72,13 +73,17 @@ def _column_types(df: DataFrame) -> dict[str, DataType]:
 
 def add_key_group_column(
     df: DataFrame, key_columns: Sequence[str], num_key_groups: int = DEFAULT_NUM_KEY_GROUPS,
-    column_name: str = KEY_GROUP_COLUMN,
+    column_name: str = KEY_GROUP_COLUMN, key_group_layout: str = BALANCED,
 ) -> DataFrame:
-    """Add the key-group column: a stable Spark hash of the key columns modulo ``num_key_groups``."""
+    """Add the column keyed_process groups by. The key group is a stable Spark hash of the key columns modulo
+    ``num_key_groups``; the column holds that number (``key_group_layout="identity"``, an int) or, by default, the
+    bigint that makes Spark spread the key groups evenly over the shuffle partitions (``"balanced"``)."""
     _check_key_columns(df, key_columns)
     _check_num_key_groups(num_key_groups)
+    check_key_group_layout(key_group_layout)
     hashed = F.xxhash64(*[F.col(c) for c in key_columns])
-    return df.withColumn(column_name, F.pmod(hashed, F.lit(num_key_groups)).cast(IntegerType()))
+    key_group = F.pmod(hashed, F.lit(num_key_groups))
+    return df.withColumn(column_name, grouping_value_column(key_group, num_key_groups, key_group_layout))
 
 
 def _check_key_columns(df: DataFrame, key_columns: Sequence[str]) -> None:
@@ -128,7 +133,7 @@ def _keep_late_events(df: DataFrame) -> DataFrame:
 
 def _prepare(
     df: DataFrame, key_columns: Sequence[str], event_time_column: Optional[str], time_mode: str,
-    num_key_groups: Optional[int], drop_late_events: bool = False,
+    num_key_groups: Optional[int], drop_late_events: bool = False, key_group_layout: str = BALANCED,
 ) -> tuple[DataFrame, list[str], str, Optional[str]]:
     """Add the internal columns; returns (frame, value columns, grouping column, event-time-ms column)."""
     _check_key_columns(df, key_columns)
@@ -163,7 +168,8 @@ def _prepare(
         )
     if num_key_groups is None:
         return df, value_columns, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN, time_ms_column
-    return add_key_group_column(df, key_columns, num_key_groups), value_columns, KEY_GROUP_COLUMN, time_ms_column
+    prepared = add_key_group_column(df, key_columns, num_key_groups, key_group_layout=key_group_layout)
+    return prepared, value_columns, KEY_GROUP_COLUMN, time_ms_column
 
 
 def apply_in_pandas_with_state_args(
@@ -179,6 +185,7 @@ def apply_in_pandas_with_state_args(
     processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
     drop_late_events: bool = False,
     emit_metrics: bool = False,
+    key_group_layout: str = BALANCED,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
@@ -198,8 +205,9 @@ def apply_in_pandas_with_state_args(
     layout = OutputLayout(main_schema, sides)
     if num_key_groups is not None:
         _check_num_key_groups(num_key_groups)
+    check_key_group_layout(key_group_layout)
     prepared, value_columns, grouping_column, time_ms_column = _prepare(
-        df, key_columns, event_time_column, time_mode, num_key_groups, drop_late_events
+        df, key_columns, event_time_column, time_mode, num_key_groups, drop_late_events, key_group_layout
     )
     if num_key_groups is None:
         grouping = list(key_columns)
@@ -219,6 +227,7 @@ def apply_in_pandas_with_state_args(
         layout=layout,
         group_by_user_key=num_key_groups is None,
         emit_metrics=emit_metrics,
+        key_group_layout=key_group_layout,
     )
     timeout = (
         GROUP_STATE_TIMEOUT.EventTimeTimeout if time_mode == EVENT_TIME else GROUP_STATE_TIMEOUT.ProcessingTimeTimeout
@@ -240,6 +249,7 @@ def keyed_process(
     processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
     drop_late_events: bool = False,
     emit_metrics: bool = False,
+    key_group_layout: str = BALANCED,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -254,6 +264,10 @@ def keyed_process(
       ``processing_time_poll_interval_ms``.
     * ``num_key_groups`` is fixed for the life of the checkpoint. ``None`` groups by the user key itself (slow:
       about 1 ms of Spark overhead per key and batch).
+    * ``key_group_layout`` is fixed for the life of the checkpoint too. ``"balanced"`` (default) runs key group
+      ``g`` in shuffle partition ``g mod spark.sql.shuffle.partitions``, so every Spark task gets the same number of
+      key groups; ``"identity"`` groups by the key-group number and leaves the spread to Spark's hash (the layout
+      of checkpoints written by keyedstate before the balanced layout existed).
     * Late elements (event time older than the watermark) reach ``process_element`` as in Flink, where
       ``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart; ``drop_late_events=True``
       lets Spark drop them before the function instead.
@@ -267,7 +281,7 @@ def keyed_process(
         df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,
         num_key_groups=num_key_groups, side_outputs=side_outputs,
         processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
-        emit_metrics=emit_metrics,
+        emit_metrics=emit_metrics, key_group_layout=key_group_layout,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 

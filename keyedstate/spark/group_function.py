@@ -20,10 +20,11 @@ import pandas as pd
 from keyedstate.api.time_domain import MIN_WATERMARK, TimeDomain
 from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
 from keyedstate.operator.keyed_process import KeyedProcessOperator
-from keyedstate.serialization import encode_key
+from keyedstate.serialization import encode_key, encode_keys_with_prefix
 from keyedstate.spark.compat import current_batch_id, task_partition_id, watermark_or_none
+from keyedstate.spark.key_group_layout import BALANCED, key_group_of
 from keyedstate.spark.outputs import OutputLayout
-from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, row_factory
+from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, rows_builder
 from keyedstate.spark.row_format import (
     STATE_ROW_FORMAT_FULL,
     StateRow,
@@ -63,6 +64,7 @@ class GroupFunctionSpec:
     layout: OutputLayout
     group_by_user_key: bool = False
     emit_metrics: bool = False
+    key_group_layout: str = BALANCED
 
 
 class _BatchClock:
@@ -94,15 +96,14 @@ class _GroupRuntime:
             index_of_this_subtask=task_partition_id(),
         )
         self.operator.open()
-        self.make_row = row_factory(spec.value_columns)
+        self.build_rows = rows_builder(spec.value_columns)
         self.single_key = len(spec.key_columns) == 1
 
     # ---- one call ----------------------------------------------------------------------------------------------
 
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
-        # Grouped by the user key itself, every Spark group is a single key and the backend has one key group.
-        key_group = 0 if self.spec.group_by_user_key else int(grouping_key[0])
         batch_id = current_batch_id()
+        key_group = self._key_group(grouping_key, batch_id)
         where = f"keyed_process key group {key_group}, batch {batch_id}"
         # A call allocates a few objects per element, most of them long-lived (rows, state entries, timers), so the
         # cyclic GC would run full collections over them again and again; reference counting frees what the call
@@ -119,6 +120,21 @@ class _GroupRuntime:
                 gc.enable()
         if output is not None and not output.empty:
             yield output
+
+    def _key_group(self, grouping_key: tuple, batch_id: Optional[int]) -> int:
+        spec = self.spec
+        # Grouped by the user key itself, every Spark group is a single key and the backend has one key group.
+        if spec.group_by_user_key:
+            return 0
+        key_group = key_group_of(int(grouping_key[0]), spec.num_key_groups, spec.key_group_layout)
+        if key_group is None:
+            raise ConfigurationError(
+                f"keyed_process batch {batch_id}: the grouping value {grouping_key[0]!r} of column "
+                f"{spec.key_group_column!r} is not one that key_group_layout={spec.key_group_layout!r} with "
+                f"num_key_groups={spec.num_key_groups} produces; group by the column add_key_group_column adds, "
+                f"with the same num_key_groups and key_group_layout"
+            )
+        return key_group
 
     def _run(self, key_group: int, frames: Iterator[pd.DataFrame], group_state: Any, where: str) -> Optional[pd.DataFrame]:
         operator = self.operator
@@ -201,11 +217,11 @@ class _GroupRuntime:
         else:
             keys = list(zip(*(column_values(series, firsts) for series in key_series)))
         timestamps = [None] * len(order) if times is None else times[order].tolist()
-        values = list(map(self.make_row, zip(*(column_values(batch[c], order) for c in spec.value_columns))))
+        values = self.build_rows([column_values(batch[c], order) for c in spec.value_columns])
         prefix = key_group_prefix(key_group)
         if not self.backend.key_group_range.start <= key_group <= self.backend.key_group_range.end:
             self.backend.set_current_key_in_group(keys[0], encode_key(keys[0]), key_group)  # raises
-        runs = zip(keys, [prefix + encode_key(key) for key in keys], starts, ends)
+        runs = zip(keys, encode_keys_with_prefix(prefix, keys), starts, ends)
         try:
             self.operator.process_key_runs(runs, values, timestamps)
         finally:

@@ -22,11 +22,27 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import Row
 
-__all__ = ["row_factory", "column_values", "key_codes", "group_order", "first_null"]
+from keyedstate.compiled import fastpath
+
+__all__ = ["row_factory", "rows_builder", "column_values", "key_codes", "group_order", "first_null"]
 
 
 def row_factory(names: Sequence[str]) -> Callable[[tuple[Any, ...]], Row]:
     """A function ``values tuple -> Row`` with fields ``names``; map it over ``zip(*columns)``."""
+    return partial(tuple.__new__, _row_type(names))
+
+
+def rows_builder(names: Sequence[str]) -> Callable[[Sequence[list[Any]]], list[Row]]:
+    """A function ``columns -> [Row, ...]``: one Row with fields ``names`` per position of the equally long column
+    lists (in C where the compiled fast path is built)."""
+    row_type = _row_type(names)
+    if fastpath is not None:
+        return partial(fastpath.rows_from_columns, row_type)
+    make_row = partial(tuple.__new__, row_type)
+    return lambda columns: list(map(make_row, zip(*columns, strict=True)))
+
+
+def _row_type(names: Sequence[str]) -> type:
     fields = list(names)
     namespace: dict[str, Any] = {"__fields__": fields, "__slots__": ()}
     for index, name in enumerate(fields):
@@ -34,8 +50,7 @@ def row_factory(names: Sequence[str]) -> Callable[[tuple[Any, ...]], Row]:
         # (tuple methods such as ``count``, ``asDict``), dunders and repeated names keep Row's own lookup.
         if name not in namespace and not name.startswith("__") and not hasattr(Row, name):
             namespace[name] = property(itemgetter(index))
-    row_type = type("Row", (Row,), namespace)
-    return partial(tuple.__new__, row_type)
+    return type("Row", (Row,), namespace)
 
 
 def column_values(series: pd.Series, order: np.ndarray) -> list[Any]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keyedstate.errors import UnsupportedKeyTypeError
-from keyedstate.serialization import decode_key, encode_key
+from keyedstate.serialization import decode_key, encode_key, encode_keys_with_prefix
 
 SAMPLE_KEYS = [
     None, True, False, 0, 1, -1, 2**63 - 1, -(2**63), 2**64, -(2**80), 0.0, -2.5, 1e300, "", "a", "a\x00b", "héllo",
@@ -74,3 +74,11 @@ def test_numpy_scalars_encode_like_python_scalars():
 def test_unsupported_keys_fail_with_the_type_and_the_fix(bad):
     with pytest.raises(UnsupportedKeyTypeError, match="key"):
         encode_key(bad)
+
+
+def test_encoding_a_batch_of_keys_with_a_prefix_equals_encoding_each_key():
+    keys = ["a", "", "nul\x00inside", "ünïcode", 7, ("t", 1), None, b"raw", "a"]
+    assert encode_keys_with_prefix(b"\x00\x05", keys) == [b"\x00\x05" + encode_key(key) for key in keys]
+    assert encode_keys_with_prefix(b"", []) == []
+    with pytest.raises(UnsupportedKeyTypeError):
+        encode_keys_with_prefix(b"\x00\x00", ["fine", object()])

@@ -109,3 +109,26 @@ def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path
     finally:
         query.stop()
     assert "num_key_groups=7" in str(failure.value) and "num_key_groups=5" in str(failure.value)
+
+
+def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_schema_check(spark, tmp_path):
+    # The layouts group by columns of different types (int, bigint), so the new layout can never silently read the
+    # old rows as empty state: Spark compares the key schema with the checkpoint's before the first batch runs.
+    rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
+    write_input(tmp_path / "in", 0, rows)
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", key_group_layout="identity",
+                        sink_path=tmp_path / "out")
+    query.processAllAvailable()
+    query.stop()
+    write_input(tmp_path / "in", 1, rows)
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out")
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    message = str(failure.value)
+    assert "key schema" in message and "_keyedstate_key_group,IntegerType" in message
+    assert "_keyedstate_key_group,LongType" in message

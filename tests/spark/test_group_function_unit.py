@@ -20,6 +20,7 @@ from keyedstate.spark.group_function import (
     GroupFunctionSpec,
     make_group_function,
 )
+from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, row_factory
 from pyspark.sql.types import LongType, StringType, StructField, StructType
@@ -66,7 +67,10 @@ class Recorder(KeyedProcessFunction):
         yield str(ctx.get_current_key()), 1
 
 
-def _run(frame: pd.DataFrame, key_columns=("user",), value_columns=("user", "payload", "ts"), event_time=True):
+def _run(
+    frame: pd.DataFrame, key_columns=("user",), value_columns=("user", "payload", "ts"), event_time=True,
+    grouping_value: Optional[int] = None,
+):
     Recorder.seen = []
     layout = OutputLayout(StructType([StructField("k", StringType()), StructField("n", LongType())]))
     spec = GroupFunctionSpec(
@@ -77,7 +81,8 @@ def _run(frame: pd.DataFrame, key_columns=("user",), value_columns=("user", "pay
     )
     function = make_group_function(spec, Recorder())
     try:
-        return list(function((2,), iter([frame]), FakeGroupState())), Recorder.seen
+        grouping_value = balanced_grouping_value(2) if grouping_value is None else grouping_value
+        return list(function((grouping_value,), iter([frame]), FakeGroupState())), Recorder.seen
     finally:
         _RUNTIMES.pop(spec.runtime_id, None)
 
@@ -135,6 +140,14 @@ def test_null_key_and_null_time_are_rejected():
         _run(frame)
 
 
+def test_a_grouping_value_the_layout_never_produces_is_rejected():
+    # Grouping by a column other than the one add_key_group_column adds would put keys in the wrong key group.
+    with pytest.raises(ConfigurationError, match=r"grouping value 2 .*key_group_layout='balanced'.*num_key_groups=4"):
+        _run(_frame(["a"], ["p"], [1]), grouping_value=2)
+    with pytest.raises(ConfigurationError, match="is not one that"):
+        _run(_frame(["a"], ["p"], [1]), grouping_value=balanced_grouping_value(4))  # key group 4 of 4
+
+
 def test_user_error_names_the_element_and_key():
     with pytest.raises(UserFunctionError, match=r"for key 'b' on element Row\(user='b', payload='boom'"):
         _run(_frame(["a", "b"], ["ok", "boom"], [1, 2]))
@@ -145,6 +158,27 @@ def test_row_factory_keeps_row_lookups_for_tuple_method_names():
     row = make((1, 2, 3, 4))
     assert callable(row.count) and row["count"] == 1 and row["index"] == 2
     assert row.value == 3 and row.asDict() == {"count": 1, "index": 2, "value": 4}  # as pyspark's Row does
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+def test_rows_builder_makes_the_rows_row_factory_makes_from_columns(monkeypatch, compiled):
+    import keyedstate.spark.rows as rows_module
+
+    if not compiled:
+        monkeypatch.setattr(rows_module, "fastpath", None)
+    elif rows_module.fastpath is None:
+        pytest.fail("keyedstate._fastpath is not built")
+    build = rows_module.rows_builder(["user", "count", "ts"])
+    when = dt.datetime(2024, 1, 1)
+    rows = build([["a", "b"], [1, None], [when, when]])
+    assert rows == [Row(user="a", count=1, ts=when), Row(user="b", count=None, ts=when)]
+    assert all(isinstance(row, Row) for row in rows)
+    assert rows[1].user == "b" and rows[0]["ts"] is when and rows[0].asDict()["count"] == 1
+    assert repr(rows[0]) == "Row(user='a', count=1, ts=datetime.datetime(2024, 1, 1, 0, 0))"
+    assert pickle.loads(pickle.dumps(rows[0])) == rows[0]
+    assert build([[], [], []]) == []
+    with pytest.raises(ValueError):
+        build([["a"], [1, 2], [when]])
 
 
 def test_grouping_and_column_values():

@@ -103,3 +103,22 @@ def test_errors_are_the_generic_ones(cls):
         state.value()
     backend.set_current_key("k")
     assert state.value() == 7
+
+
+def test_without_write_validation_an_unpicklable_value_fails_the_export_naming_the_state():
+    # The Spark group function skips the check at update() and pickles every value at the end of the call, in
+    # bulk; a value that cannot be pickled must still be reported with the state's name.
+    import pickle
+    import threading
+
+    from keyedstate.errors import SerializationError
+
+    backend = HeapKeyedStateBackend(validate_writes=False)
+    state = backend.get_or_create_state(ValueStateDescriptor("holder", Types.PICKLED_BYTE_ARRAY()))
+    backend.set_current_key("fine")
+    state.update((1, 2))
+    assert [pickle.loads(value) for _, records in backend.export_records() for _, value in records] == [(1, 2)]
+    backend.set_current_key("broken")
+    state.update({"lock": threading.Lock()})
+    with pytest.raises(SerializationError, match="'holder'.*lock"):
+        backend.export_records()

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from keyedstate.errors import InvalidTimestampError
+from keyedstate.errors import InvalidTimestampError, NoKeyContextError
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import TimeDomain, TimerService
 from timers.facade import CoalescingTimerService
@@ -124,3 +124,53 @@ def test_outside_a_run_the_calls_go_straight_to_the_queues(setup):
     calls.flush()  # nothing was collected, so nothing moves to "other"
     service.advance_watermark(10)
     assert rec.take() == [(10, "k")]
+
+
+def test_flush_without_a_current_key_fails_and_drops_the_collected_calls(setup):
+    backend, service, _ = make(setup)
+    calls = _collecting(service)
+    at(backend, "k")
+    calls.register_event_time_timer(5)
+    backend.clear_current_key()
+    with pytest.raises(NoKeyContextError):
+        calls.flush()
+    at(backend, "k")
+    calls.flush()  # nothing left to apply
+    assert service.num_event_time_timers() == 0
+
+
+def test_calls_flushed_while_timers_fire_join_the_firing_in_timestamp_order(setup):
+    """A flush inside a timer callback meets a queue that is firing: the timer registered there, due at the
+    watermark being advanced to, fires in the same advance and in timestamp order."""
+    holder = {}
+
+    def register_more(fired, timer):
+        if fired.timestamp == 5:
+            calls = holder["calls"]
+            calls.register_event_time_timer(7)
+            calls.delete_event_time_timer(9)
+            calls.flush()
+
+    backend, service, rec = make(setup, on_fire=register_more)
+    holder["calls"] = _collecting(service)
+    at(backend, "a")
+    service.register_event_time_timer(VOID_NAMESPACE, 5)
+    service.register_event_time_timer(VOID_NAMESPACE, 8)
+    service.register_event_time_timer(VOID_NAMESPACE, 9)
+    service.advance_watermark(10)
+    assert rec.take() == [(5, "a"), (7, "a"), (8, "a")]
+
+
+def test_a_registration_creates_the_queue_of_a_key_group_without_timers_and_deletions_of_it_are_settled(setup):
+    backend, service, rec = make(setup)
+    calls = _collecting(service)
+    at(backend, "fresh")
+    calls.delete_event_time_timer(3)  # no timers in this key group yet
+    calls.register_processing_time_timer(4)
+    calls.register_event_time_timer(6)
+    calls.delete_processing_time_timer(1)
+    calls.flush()
+    assert [t for t, _ in _timers(service, TimeDomain.EVENT_TIME)] == [6]
+    assert [t for t, _ in _timers(service, TimeDomain.PROCESSING_TIME)] == [4]
+    service.advance_watermark(6)
+    assert rec.take() == [(6, "fresh")]

@@ -58,12 +58,14 @@ def prefix_successor(prefix: bytes) -> bytes:
 class EntryCodec:
     """Serializes one state's entries (value, or ``(value, last_access_ms)`` with TTL) and checks their type."""
 
-    __slots__ = ("descriptor", "has_ttl", "_serialize", "_deserialize", "_check", "_name", "_type_name")
+    __slots__ = ("descriptor", "has_ttl", "_serialize", "_bulk_serialize", "_deserialize", "_check", "_name",
+                 "_type_name")
 
     def __init__(self, descriptor: StateDescriptor) -> None:
         self.descriptor = descriptor
         self.has_ttl = descriptor.ttl_config is not None
         self._serialize = descriptor.type_info.serializer.serialize
+        self._bulk_serialize = getattr(descriptor.type_info.serializer, "bulk_serialize", self._serialize)
         self._deserialize = descriptor.type_info.serializer.deserialize
         self._check = descriptor.type_info.check
         self._name = descriptor.name
@@ -90,7 +92,7 @@ class EntryCodec:
     def raw_serialize(self) -> Any:
         """The type's own serialize function, without the state-name error wrapping: for bulk paths, which redo a
         failed batch through :meth:`serialize_entry` to report the failure with the state's name."""
-        return self._serialize
+        return self._bulk_serialize
 
     def serialize_value(self, value: Any) -> bytes:
         try:
