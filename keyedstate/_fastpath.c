@@ -446,17 +446,18 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
             break;
         }
         int present = live == NULL ? 0 : PySet_Contains(live, timer);
-        PyObject *outcome = Py_None;
-        Py_INCREF(outcome);
+        PyObject *outcome;
         if (present < 0) {
-            result = -1;
+            outcome = NULL;
         } else if (is_registration && !present) {
-            Py_SETREF(outcome, PyObject_CallMethodOneArg(queue, name_add, timer));
+            outcome = PyObject_CallMethodOneArg(queue, name_add, timer);
         } else if (!is_registration && present) {
-            Py_SETREF(outcome, PyObject_CallMethodOneArg(queue, name_remove, timer));
+            outcome = PyObject_CallMethodOneArg(queue, name_remove, timer);
+        } else {
+            outcome = Py_NewRef(Py_None); /* the queue already agrees */
         }
         Py_DECREF(timer);
-        if (result < 0 || outcome == NULL) {
+        if (outcome == NULL) {
             result = -1;
             break;
         }
