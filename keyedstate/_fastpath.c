@@ -15,6 +15,17 @@
 static PyObject *name_current_prefix; /* "_current_prefix" */
 static PyObject *name_collecting;     /* "collecting" */
 
+/* Objects made with __new__ alone (without __init__) have NULL fields: refuse them instead of crashing. */
+static int
+not_initialized(const void *field, const char *type_name)
+{
+    if (field != NULL) {
+        return 0;
+    }
+    PyErr_Format(PyExc_RuntimeError, "%s was created without calling __init__", type_name);
+    return 1;
+}
+
 /* ---- HeapValueAccess ------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -120,6 +131,9 @@ access_stored_key(HeapValueAccess *self, PyObject **key)
 static PyObject *
 access_value(HeapValueAccess *self, PyObject *Py_UNUSED(ignored))
 {
+    if (not_initialized(self->data, "HeapValueAccess")) {
+        return NULL;
+    }
     PyObject *key;
     int found = access_stored_key(self, &key);
     if (found < 0) {
@@ -141,6 +155,9 @@ access_value(HeapValueAccess *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 access_update(HeapValueAccess *self, PyObject *value)
 {
+    if (not_initialized(self->data, "HeapValueAccess")) {
+        return NULL;
+    }
     if (value == Py_None) {
         return PyObject_CallOneArg(self->slow_update, value);
     }
@@ -261,6 +278,9 @@ timer_call_init(TimerCall *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 timer_call_call(TimerCall *self, PyObject *timestamp)
 {
+    if (not_initialized(self->owner, "TimerCall")) {
+        return NULL;
+    }
     if (PyLong_CheckExact(timestamp)) {
         int overflow;
         long long millis = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
@@ -480,6 +500,9 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
 static PyObject *
 timer_flush_call(TimerFlush *self, PyObject *Py_UNUSED(ignored))
 {
+    if (not_initialized(self->service, "TimerFlush")) {
+        return NULL;
+    }
     int has_event = PyDict_GET_SIZE(self->event_changes) > 0;
     int has_processing = PyDict_GET_SIZE(self->processing_changes) > 0;
     if (!has_event && !has_processing) {
@@ -601,9 +624,13 @@ rows_from_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(columns);
             return NULL;
         }
+#if PY_VERSION_HEX >= 0x030E0000
+        ((PyTupleObject *)row)->ob_hash = -1; /* tuples cache their hash from 3.14: -1 = not computed yet */
+#endif
         PyList_SET_ITEM(rows, i, row);
         for (Py_ssize_t c = 0; c < width; c++) {
-            /* allocation can run a garbage collection, and a finalizer could shrink a list */
+            /* allocation can run a garbage collection, and a finalizer could shrink a list (the caller holds
+             * the outer sequence, and the Spark group function runs with the collector off) */
             if (i >= PyList_GET_SIZE(column_items[c])) {
                 PyErr_SetString(PyExc_RuntimeError, "rows_from_columns: a column changed size");
                 Py_DECREF(rows);

@@ -49,3 +49,14 @@ def test_the_fast_path_is_used_unless_turned_off(value):
 @pytest.mark.parametrize("value", ["1", "yes", "true"])
 def test_keyedstate_pure_python_runs_the_python_implementation(value):
     assert _probe(value) == "False HeapValueState False False False"
+
+
+@pytest.mark.parametrize("type_name, method", [("TimerFlush", "call"), ("TimerCall", "call"),
+                                               ("HeapValueAccess", "value")])
+def test_a_compiled_object_created_without_init_raises_instead_of_crashing(type_name, method):
+    if fastpath is None:
+        pytest.fail("keyedstate._fastpath is not built")
+    cls = getattr(fastpath, type_name)
+    bare = cls.__new__(cls)
+    with pytest.raises(RuntimeError, match="without calling __init__"):
+        getattr(bare, method)(*([1] if type_name == "TimerCall" else []))

@@ -103,7 +103,7 @@ class _GroupRuntime:
 
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
-        key_group = self._key_group(grouping_key, batch_id)
+        key_group = self._key_group(grouping_key, group_state, batch_id)
         where = f"keyed_process key group {key_group}, batch {batch_id}"
         # A call allocates a few objects per element, most of them long-lived (rows, state entries, timers), so the
         # cyclic GC would run full collections over them again and again; reference counting frees what the call
@@ -121,13 +121,20 @@ class _GroupRuntime:
         if output is not None and not output.empty:
             yield output
 
-    def _key_group(self, grouping_key: tuple, batch_id: Optional[int]) -> int:
+    def _key_group(self, grouping_key: tuple, group_state: Any, batch_id: Optional[int]) -> int:
         spec = self.spec
         # Grouped by the user key itself, every Spark group is a single key and the backend has one key group.
         if spec.group_by_user_key:
             return 0
         key_group = key_group_of(int(grouping_key[0]), spec.num_key_groups, spec.key_group_layout)
         if key_group is None:
+            # After a restart with fewer key groups, Spark still wakes the rows of the key groups that are gone: the
+            # row's recorded number says what really happened.
+            if group_state.exists:
+                try:
+                    self._check_recorded_key_groups(StateRow.from_row(group_state.get))
+                except ConfigurationError as error:
+                    raise ConfigurationError(f"keyed_process batch {batch_id}: {error}") from None
             raise ConfigurationError(
                 f"keyed_process batch {batch_id}: the grouping value {grouping_key[0]!r} of column "
                 f"{spec.key_group_column!r} is not one that key_group_layout={spec.key_group_layout!r} with "
@@ -170,12 +177,7 @@ class _GroupRuntime:
         if not group_state.exists:
             return
         row = StateRow.from_row(group_state.get)
-        if row.key_groups != self.spec.num_key_groups:
-            raise ConfigurationError(
-                f"the query's checkpoint was written with num_key_groups={row.key_groups} but keyed_process now runs "
-                f"with num_key_groups={self.spec.num_key_groups}; the number of key groups cannot change while the "
-                f"checkpoint lives. Restart with num_key_groups={row.key_groups}, or use a new checkpoint location"
-            )
+        self._check_recorded_key_groups(row)
         if row.format != STATE_ROW_FORMAT_FULL:
             raise ConfigurationError(
                 f"the state row has format {row.format}, which this keyedstate version cannot read (it reads "
@@ -185,6 +187,14 @@ class _GroupRuntime:
             self.backend.load_stored_records(StateMetadata.from_json(metadata), records)
         if row.timers:
             self.operator.timer_service.import_key_group(row.timers, key_group)
+
+    def _check_recorded_key_groups(self, row: StateRow) -> None:
+        if row.key_groups != self.spec.num_key_groups:
+            raise ConfigurationError(
+                f"the query's checkpoint was written with num_key_groups={row.key_groups} but keyed_process now runs "
+                f"with num_key_groups={self.spec.num_key_groups}; the number of key groups cannot change while the "
+                f"checkpoint lives. Restart with num_key_groups={row.key_groups}, or use a new checkpoint location"
+            )
 
     def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
         spec = self.spec

@@ -20,7 +20,7 @@ from typing import Optional
 
 from pyspark.sql import Column
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, IntegerType, LongType
+from pyspark.sql.types import IntegerType
 
 from keyedstate.errors import ConfigurationError
 
@@ -32,7 +32,6 @@ __all__ = [
     "balanced_grouping_value",
     "check_key_group_layout",
     "grouping_value_column",
-    "grouping_value_type",
     "key_group_of",
 ]
 
@@ -47,10 +46,13 @@ _C2 = 0x1B873593
 _H1_ADD = 0xE6546B64
 _FMIX1 = 0x85EBCA6B
 _FMIX2 = 0xC2B2AE35
+# Multiplying by an odd constant modulo 2**32 is undone by multiplying by its inverse.
+_C1_INVERSE = pow(_C1, -1, 1 << 32)
+_C2_INVERSE = pow(_C2, -1, 1 << 32)
+_FIVE_INVERSE = pow(5, -1, 1 << 32)
+_FMIX1_INVERSE = pow(_FMIX1, -1, 1 << 32)
+_FMIX2_INVERSE = pow(_FMIX2, -1, 1 << 32)
 
-
-def _inverse(odd: int) -> int:
-    return pow(odd, -1, 1 << 32)
 
 
 def _rotate_left(value: int, bits: int) -> int:
@@ -66,7 +68,7 @@ def _mix_k1(k1: int) -> int:
 
 
 def _unmix_k1(k1: int) -> int:
-    return (_rotate_right((k1 * _inverse(_C2)) & _MASK, 15) * _inverse(_C1)) & _MASK
+    return (_rotate_right((k1 * _C2_INVERSE) & _MASK, 15) * _C1_INVERSE) & _MASK
 
 
 def _mix_h1(h1: int, k1: int) -> int:
@@ -74,7 +76,7 @@ def _mix_h1(h1: int, k1: int) -> int:
 
 
 def _unmix_h1(mixed: int, k1: int) -> int:
-    return _rotate_right(((mixed - _H1_ADD) * _inverse(5)) & _MASK, 13) ^ k1
+    return _rotate_right(((mixed - _H1_ADD) * _FIVE_INVERSE) & _MASK, 13) ^ k1
 
 
 def _fmix(h1: int, length: int) -> int:
@@ -95,9 +97,9 @@ def _undo_xor_shift(value: int, shift: int) -> int:
 
 def _unfmix(h1: int, length: int) -> int:
     h1 = _undo_xor_shift(h1, 16)
-    h1 = (h1 * _inverse(_FMIX2)) & _MASK
+    h1 = (h1 * _FMIX2_INVERSE) & _MASK
     h1 = _undo_xor_shift(h1, 13)
-    h1 = (h1 * _inverse(_FMIX1)) & _MASK
+    h1 = (h1 * _FMIX1_INVERSE) & _MASK
     h1 = _undo_xor_shift(h1, 16)
     return h1 ^ length
 
@@ -123,14 +125,11 @@ def balanced_grouping_value(key_group: int) -> int:
 
 
 def check_key_group_layout(layout: str) -> None:
+    """Raise :class:`~keyedstate.errors.ConfigurationError` unless ``layout`` is one of :data:`KEY_GROUP_LAYOUTS`."""
     if layout not in KEY_GROUP_LAYOUTS:
         raise ConfigurationError(
             f"key_group_layout must be one of {', '.join(map(repr, KEY_GROUP_LAYOUTS))}, got {layout!r}"
         )
-
-
-def grouping_value_type(layout: str) -> DataType:
-    return LongType() if layout == BALANCED else IntegerType()
 
 
 def grouping_value_column(key_group: Column, num_key_groups: int, layout: str) -> Column:
@@ -138,7 +137,8 @@ def grouping_value_column(key_group: Column, num_key_groups: int, layout: str) -
     check_key_group_layout(layout)
     if layout == IDENTITY:
         return key_group.cast(IntegerType())
-    # One constant array, folded by Spark's optimizer; an SQL literal keeps large tables to one JVM call.
+    # One constant array, folded by Spark's optimizer. An SQL literal keeps it to one JVM call: a Column per value
+    # would be one py4j call each (the literal for the largest count, 32768 key groups, is about 400 KB).
     values = ", ".join(f"{balanced_grouping_value(g)}L" for g in range(num_key_groups))
     return F.element_at(F.expr(f"array({values})"), key_group.cast(IntegerType()) + F.lit(1))
 

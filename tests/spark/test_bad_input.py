@@ -121,6 +121,8 @@ def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_sch
                         sink_path=tmp_path / "out")
     query.processAllAvailable()
     query.stop()
+    first_run = spark.read.schema("user STRING, count BIGINT").json(str(tmp_path / "out")).collect()
+    assert sorted(tuple(r) for r in first_run) == sorted((f"u{i}", 1) for i in range(20))
     write_input(tmp_path / "in", 1, rows)
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
                         output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out")

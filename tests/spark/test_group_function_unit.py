@@ -69,7 +69,7 @@ class Recorder(KeyedProcessFunction):
 
 def _run(
     frame: pd.DataFrame, key_columns=("user",), value_columns=("user", "payload", "ts"), event_time=True,
-    grouping_value: Optional[int] = None,
+    grouping_value: Optional[int] = None, group_state: Optional[FakeGroupState] = None,
 ):
     Recorder.seen = []
     layout = OutputLayout(StructType([StructField("k", StringType()), StructField("n", LongType())]))
@@ -82,7 +82,8 @@ def _run(
     function = make_group_function(spec, Recorder())
     try:
         grouping_value = balanced_grouping_value(2) if grouping_value is None else grouping_value
-        return list(function((grouping_value,), iter([frame]), FakeGroupState())), Recorder.seen
+        state = FakeGroupState() if group_state is None else group_state
+        return list(function((grouping_value,), iter([frame]), state)), Recorder.seen
     finally:
         _RUNTIMES.pop(spec.runtime_id, None)
 
@@ -148,6 +149,16 @@ def test_a_grouping_value_the_layout_never_produces_is_rejected():
         _run(_frame(["a"], ["p"], [1]), grouping_value=balanced_grouping_value(4))  # key group 4 of 4
 
 
+def test_a_key_group_gone_after_a_restart_with_fewer_key_groups_names_both_numbers():
+    # Spark wakes the rows of key groups 4..6 (timeouts) after a restart from num_key_groups=7 to 4.
+    from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, StateRow
+
+    state = FakeGroupState()
+    state.update(StateRow(STATE_ROW_FORMAT_FULL, 7, b"", b"").to_tuple())
+    with pytest.raises(ConfigurationError, match=r"batch .*num_key_groups=7 .*num_key_groups=4"):
+        _run(_frame(["a"], ["p"], [1]), grouping_value=balanced_grouping_value(5), group_state=state)
+
+
 def test_user_error_names_the_element_and_key():
     with pytest.raises(UserFunctionError, match=r"for key 'b' on element Row\(user='b', payload='boom'"):
         _run(_frame(["a", "b"], ["ok", "boom"], [1, 2]))
@@ -176,6 +187,7 @@ def test_rows_builder_makes_the_rows_row_factory_makes_from_columns(monkeypatch,
     assert rows[1].user == "b" and rows[0]["ts"] is when and rows[0].asDict()["count"] == 1
     assert repr(rows[0]) == "Row(user='a', count=1, ts=datetime.datetime(2024, 1, 1, 0, 0))"
     assert pickle.loads(pickle.dumps(rows[0])) == rows[0]
+    assert hash(rows[0]) == hash(("a", 1, when)) and rows[0] in {Row(user="a", count=1, ts=when)}
     assert build([[], [], []]) == []
     with pytest.raises(ValueError):
         build([["a"], [1, 2], [when]])

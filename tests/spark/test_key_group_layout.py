@@ -12,9 +12,11 @@ from collections import Counter
 import pytest
 from pyspark.sql import functions as F
 
+from keyedstate import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import MAX_MAX_PARALLELISM
-from keyedstate.spark import add_key_group_column
+from keyedstate.spark import add_key_group_column, keyed_process
+from tests.spark.file_stream import write_input
 from keyedstate.spark.key_group_layout import (
     BALANCED,
     IDENTITY,
@@ -89,3 +91,47 @@ def test_an_unknown_layout_is_a_configuration_error(spark):
         grouping_value_column(F.lit(0), 4, "round_robin")
     with pytest.raises(ConfigurationError, match="key_group_layout"):
         add_key_group_column(spark.range(1).withColumn("user", F.lit("a")), ["user"], 4, key_group_layout="x")
+
+
+class EmitKey(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        yield (ctx.get_current_key(),)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", [BALANCED, IDENTITY])
+def test_keyed_process_runs_each_key_group_in_the_partition_its_layout_promises(spark, tmp_path, layout):
+    """Through the stateful operator itself: the partition a key's elements are processed in (Spark's
+    ``spark_partition_id`` of the output, evaluated in the operator's task) is key group mod partitions for the
+    balanced layout, and wherever Spark's hash of the key-group number falls for the identity layout."""
+    num_key_groups, partitions = 16, 3
+    write_input(tmp_path / "in", 0, [{"user": f"user-{i}", "ts": "2024-01-01T00:00:00Z"} for i in range(300)])
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    try:
+        source = spark.readStream.schema("user STRING, ts TIMESTAMP").json(str(tmp_path / "in"))
+        output = keyed_process(
+            source.withWatermark("ts", "0 seconds"), ["user"], EmitKey(), "user STRING", event_time_column="ts",
+            num_key_groups=num_key_groups, key_group_layout=layout,
+        ).withColumn("partition", F.spark_partition_id())
+        query = (output.writeStream.format("memory").queryName(f"placement_{layout}")
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    key_group = F.pmod(F.xxhash64("user"), F.lit(num_key_groups)).cast("int")
+    identity_partition = F.pmod(F.hash(key_group), F.lit(partitions))  # Spark's own placement of an int column
+    placed = spark.sql(f"SELECT user, partition FROM placement_{layout}").select(
+        "partition", key_group.alias("key_group"), identity_partition.alias("identity_partition")
+    ).collect()
+    assert len(placed) == 300
+    if layout == BALANCED:
+        assert all(row.partition == row.key_group % partitions for row in placed)
+        partition_of_group = {row.key_group: row.partition for row in placed}
+        assert len(partition_of_group) == num_key_groups
+        assert sorted(Counter(partition_of_group.values()).values()) == [5, 5, 6]  # 16 key groups over 3
+    else:
+        assert all(row.partition == row.identity_partition for row in placed)

@@ -149,6 +149,7 @@ def test_calls_flushed_while_timers_fire_join_the_firing_in_timestamp_order(setu
             calls = holder["calls"]
             calls.register_event_time_timer(7)
             calls.delete_event_time_timer(9)
+            calls.register_processing_time_timer(40)  # the other queue is idle: both go through one flush
             calls.flush()
 
     backend, service, rec = make(setup, on_fire=register_more)
@@ -159,6 +160,7 @@ def test_calls_flushed_while_timers_fire_join_the_firing_in_timestamp_order(setu
     service.register_event_time_timer(VOID_NAMESPACE, 9)
     service.advance_watermark(10)
     assert rec.take() == [(5, "a"), (7, "a"), (8, "a")]
+    assert [t for t, _ in _timers(service, TimeDomain.PROCESSING_TIME)] == [40]
 
 
 def test_a_registration_creates_the_queue_of_a_key_group_without_timers_and_deletions_of_it_are_settled(setup):
