@@ -55,6 +55,8 @@ class RuntimeContext:
         return self._index
 
     def get_number_of_parallel_subtasks(self) -> int:
+        """The number of partitions (on Spark: ``spark.sql.shuffle.partitions`` when the query was defined; a
+        restart from a checkpoint runs with the checkpoint's own count, which can differ)."""
         return self._parallelism
 
     def get_max_number_of_parallel_subtasks(self) -> int:
@@ -66,6 +68,13 @@ class RuntimeContext:
 
     def get_job_parameter(self, key: str, default_value: Optional[str] = None) -> Optional[str]:
         return self._job_parameters.get(key, default_value)
+
+    def _move_to_task(self, index_of_this_subtask: int, number_of_parallel_subtasks: int, attempt_number: int) -> None:
+        """Point the task information at the task now running: on Spark one opened function serves every task its
+        Python worker runs, and those tasks can be of different partitions."""
+        self._index = index_of_this_subtask
+        self._parallelism = number_of_parallel_subtasks
+        self._attempt = attempt_number
 
     # ---- state ---------------------------------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import MAX_MAX_PARALLELISM
-from keyedstate.spark.compat import GROUP_STATE_TIMEOUT
+from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, shuffle_partitions
 from keyedstate.spark.group_function import (
     EVENT_TIME,
     METRICS_SCHEMA_DDL,
@@ -228,6 +228,7 @@ def apply_in_pandas_with_state_args(
         group_by_user_key=num_key_groups is None,
         emit_metrics=emit_metrics,
         key_group_layout=key_group_layout,
+        parallelism=shuffle_partitions(df),
     )
     timeout = (
         GROUP_STATE_TIMEOUT.EventTimeTimeout if time_mode == EVENT_TIME else GROUP_STATE_TIMEOUT.ProcessingTimeTimeout

@@ -10,7 +10,15 @@ from typing import Any, Optional
 
 import pyspark
 
-__all__ = ["PYSPARK_VERSION", "current_batch_id", "task_partition_id", "watermark_or_none", "GROUP_STATE_TIMEOUT"]
+__all__ = [
+    "PYSPARK_VERSION",
+    "current_batch_id",
+    "task_partition_id",
+    "task_attempt_number",
+    "shuffle_partitions",
+    "watermark_or_none",
+    "GROUP_STATE_TIMEOUT",
+]
 
 PYSPARK_VERSION = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
 
@@ -40,6 +48,18 @@ def task_partition_id() -> int:
 
     context = TaskContext.get()
     return context.partitionId() if context is not None else 0
+
+
+def task_attempt_number() -> int:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return context.attemptNumber() if context is not None else 0
+
+
+def shuffle_partitions(df: Any) -> int:
+    """``spark.sql.shuffle.partitions`` of the session ``df`` belongs to (the stateful operator's partitions)."""
+    return int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
 
 
 def watermark_or_none(group_state: Any) -> Optional[int]:

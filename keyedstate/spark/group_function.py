@@ -21,7 +21,7 @@ from keyedstate.api.time_domain import MIN_WATERMARK, TimeDomain
 from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
 from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.serialization import encode_key, encode_keys_with_prefix
-from keyedstate.spark.compat import current_batch_id, task_partition_id, watermark_or_none
+from keyedstate.spark.compat import current_batch_id, task_attempt_number, task_partition_id, watermark_or_none
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, rows_builder
@@ -65,6 +65,7 @@ class GroupFunctionSpec:
     group_by_user_key: bool = False
     emit_metrics: bool = False
     key_group_layout: str = BALANCED
+    parallelism: int = 1  # spark.sql.shuffle.partitions when the query was defined
 
 
 class _BatchClock:
@@ -94,6 +95,8 @@ class _GroupRuntime:
         self.operator = KeyedProcessOperator(
             function, self.backend, task_name=f"keyed_process[{type(function).__qualname__}]",
             index_of_this_subtask=task_partition_id(),
+            number_of_parallel_subtasks=max(spec.parallelism, task_partition_id() + 1),
+            attempt_number=task_attempt_number(),
         )
         self.operator.open()
         self.build_rows = rows_builder(spec.value_columns)
@@ -103,6 +106,10 @@ class _GroupRuntime:
 
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
+        partition = task_partition_id()
+        self.operator.runtime_context._move_to_task(
+            partition, max(self.spec.parallelism, partition + 1), task_attempt_number()
+        )
         key_group = self._key_group(grouping_key, group_state, batch_id)
         where = f"keyed_process key group {key_group}, batch {batch_id}"
         # A call allocates a few objects per element, most of them long-lived (rows, state entries, timers), so the

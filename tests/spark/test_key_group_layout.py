@@ -93,9 +93,13 @@ def test_an_unknown_layout_is_a_configuration_error(spark):
         add_key_group_column(spark.range(1).withColumn("user", F.lit("a")), ["user"], 4, key_group_layout="x")
 
 
-class EmitKey(KeyedProcessFunction):
+class EmitKeyAndSubtask(KeyedProcessFunction):
+    def open(self, runtime_context):
+        self.runtime_context = runtime_context
+
     def process_element(self, value, ctx):
-        yield (ctx.get_current_key(),)
+        context = self.runtime_context
+        yield ctx.get_current_key(), context.get_index_of_this_subtask(), context.get_number_of_parallel_subtasks()
 
 
 @pytest.mark.slow
@@ -103,7 +107,8 @@ class EmitKey(KeyedProcessFunction):
 def test_keyed_process_runs_each_key_group_in_the_partition_its_layout_promises(spark, tmp_path, layout):
     """Through the stateful operator itself: the partition a key's elements are processed in (Spark's
     ``spark_partition_id`` of the output, evaluated in the operator's task) is key group mod partitions for the
-    balanced layout, and wherever Spark's hash of the key-group number falls for the identity layout."""
+    balanced layout, and wherever Spark's hash of the key-group number falls for the identity layout. The runtime
+    context names that partition too, although a Python worker runs tasks of several partitions."""
     num_key_groups, partitions = 16, 3
     write_input(tmp_path / "in", 0, [{"user": f"user-{i}", "ts": "2024-01-01T00:00:00Z"} for i in range(300)])
     previous = spark.conf.get("spark.sql.shuffle.partitions")
@@ -111,7 +116,8 @@ def test_keyed_process_runs_each_key_group_in_the_partition_its_layout_promises(
     try:
         source = spark.readStream.schema("user STRING, ts TIMESTAMP").json(str(tmp_path / "in"))
         output = keyed_process(
-            source.withWatermark("ts", "0 seconds"), ["user"], EmitKey(), "user STRING", event_time_column="ts",
+            source.withWatermark("ts", "0 seconds"), ["user"], EmitKeyAndSubtask(),
+            "user STRING, subtask INT, subtasks INT", event_time_column="ts",
             num_key_groups=num_key_groups, key_group_layout=layout,
         ).withColumn("partition", F.spark_partition_id())
         query = (output.writeStream.format("memory").queryName(f"placement_{layout}")
@@ -124,10 +130,11 @@ def test_keyed_process_runs_each_key_group_in_the_partition_its_layout_promises(
         spark.conf.set("spark.sql.shuffle.partitions", previous)
     key_group = F.pmod(F.xxhash64("user"), F.lit(num_key_groups)).cast("int")
     identity_partition = F.pmod(F.hash(key_group), F.lit(partitions))  # Spark's own placement of an int column
-    placed = spark.sql(f"SELECT user, partition FROM placement_{layout}").select(
-        "partition", key_group.alias("key_group"), identity_partition.alias("identity_partition")
+    placed = spark.sql(f"SELECT * FROM placement_{layout}").select(
+        "partition", "subtask", "subtasks", key_group.alias("key_group"), identity_partition.alias("identity_partition")
     ).collect()
     assert len(placed) == 300
+    assert all(row.subtask == row.partition and row.subtasks == partitions for row in placed)
     if layout == BALANCED:
         assert all(row.partition == row.key_group % partitions for row in placed)
         partition_of_group = {row.key_group: row.partition for row in placed}
