@@ -80,7 +80,6 @@ def add_key_group_column(
     bigint that makes Spark spread the key groups evenly over the shuffle partitions (``"balanced"``)."""
     _check_key_columns(df, key_columns)
     _check_num_key_groups(num_key_groups)
-    check_key_group_layout(key_group_layout)
     hashed = F.xxhash64(*[F.col(c) for c in key_columns])
     key_group = F.pmod(hashed, F.lit(num_key_groups))
     return df.withColumn(column_name, grouping_value_column(key_group, num_key_groups, key_group_layout))

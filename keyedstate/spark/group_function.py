@@ -94,9 +94,7 @@ class _GroupRuntime:
         )
         self.operator = KeyedProcessOperator(
             function, self.backend, task_name=f"keyed_process[{type(function).__qualname__}]",
-            index_of_this_subtask=task_partition_id(),
-            number_of_parallel_subtasks=max(spec.parallelism, task_partition_id() + 1),
-            attempt_number=task_attempt_number(),
+            **self._task_info(),
         )
         self.operator.open()
         self.build_rows = rows_builder(spec.value_columns)
@@ -106,10 +104,7 @@ class _GroupRuntime:
 
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
-        partition = task_partition_id()
-        self.operator.runtime_context._move_to_task(
-            partition, max(self.spec.parallelism, partition + 1), task_attempt_number()
-        )
+        self.operator.runtime_context._move_to_task(**self._task_info())
         key_group = self._key_group(grouping_key, group_state, batch_id)
         where = f"keyed_process key group {key_group}, batch {batch_id}"
         # A call allocates a few objects per element, most of them long-lived (rows, state entries, timers), so the
@@ -127,6 +122,15 @@ class _GroupRuntime:
                 gc.enable()
         if output is not None and not output.empty:
             yield output
+
+    def _task_info(self) -> dict[str, int]:
+        """The running task, for the runtime context: one opened function serves every task of this worker."""
+        partition = task_partition_id()
+        return {
+            "index_of_this_subtask": partition,
+            "number_of_parallel_subtasks": max(self.spec.parallelism, partition + 1),
+            "attempt_number": task_attempt_number(),
+        }
 
     def _key_group(self, grouping_key: tuple, group_state: Any, batch_id: Optional[int]) -> int:
         spec = self.spec

@@ -54,7 +54,6 @@ _FMIX1_INVERSE = pow(_FMIX1, -1, 1 << 32)
 _FMIX2_INVERSE = pow(_FMIX2, -1, 1 << 32)
 
 
-
 def _rotate_left(value: int, bits: int) -> int:
     return ((value << bits) | (value >> (32 - bits))) & _MASK
 
@@ -120,8 +119,7 @@ def balanced_grouping_value(key_group: int) -> int:
     """The non-negative bigint (high word 0) whose Spark hash is ``key_group``."""
     h1 = _unfmix(key_group & _MASK, 8)
     h1 = _unmix_h1(h1, _mix_k1(0))
-    low = _unmix_k1(_unmix_h1(h1, _SPARK_HASH_SEED))
-    return low
+    return _unmix_k1(_unmix_h1(h1, _SPARK_HASH_SEED))
 
 
 def check_key_group_layout(layout: str) -> None:
