@@ -162,6 +162,11 @@ class KeyGroupPartitionedTimerQueue:
         if head is not None:
             heappush(self._heads, head)
 
+    def forget(self, key_group: int) -> None:
+        """Drop the in-memory queue of ``key_group`` (its stored timers stay where they are stored)."""
+        if self.queues.pop(key_group, None) is not None:
+            self._rebuild_heads()
+
     def key_groups(self) -> list[int]:
         """Key groups that have at least one timer, ascending."""
         return sorted(kg for kg, queue in self.queues.items() if queue.peek() is not None)

@@ -294,6 +294,21 @@ class InternalTimerService:
         self._processing.queue.replace_key_group(blob_group, processing_timers)
         return blob_group
 
+    def reload_key_group(self, key_group: int) -> None:
+        """Forget what is cached of ``key_group``'s timers and read their heads again from the raw columns: the
+        backend's database changed under the service (RocksDB storage only; heap timers live in the queues)."""
+        if self.storage is not TimerStorage.ROCKSDB:
+            raise ConfigurationError("reload_key_group needs RocksDB timer storage; heap timers are not re-read")
+        self._check_owned(key_group)
+        for domain in (self._event, self._processing):
+            domain.queue.forget(key_group)
+            domain.queue.queue(key_group)
+
+    def forget_key_group(self, key_group: int) -> None:
+        """Drop the cached timers of ``key_group`` (RocksDB storage: the stored ones stay in the database)."""
+        for domain in (self._event, self._processing):
+            domain.queue.forget(key_group)
+
     def clear_key_group(self, key_group: int) -> None:
         """Remove every timer of ``key_group`` in both domains."""
         self._check_owned(key_group)

@@ -281,6 +281,37 @@ class CheckpointStorage:
         except OSError as error:
             logger.warning("checkpoint retention could not delete %s: %s", relative, error)
 
+    # ---- plain file access (the key-group version chain, keyedstate.checkpoint.key_group_versions) --------------
+
+    def read_bytes(self, relative: str) -> bytes:
+        """A whole file; SnapshotCorruptedError names it when it is missing or unreadable."""
+        try:
+            with self.filesystem.open_input_stream(self._full(relative)) as source:
+                return source.read()
+        except (FileNotFoundError, OSError) as error:
+            raise SnapshotCorruptedError(f"{relative} in {self.location} is missing or unreadable: {error}") from error
+
+    def list_entries(self, relative_dir: str) -> list[tuple[str, bool, Optional[float]]]:
+        """``(name, is directory, modification time in epoch seconds or None)`` of the direct children."""
+        infos = self._list(self._full(relative_dir))
+        return [(info.base_name, info.type == pafs.FileType.Directory,
+                 info.mtime.timestamp() if info.mtime is not None else None) for info in infos]
+
+    def delete_tree(self, relative: str) -> list[str]:
+        """Delete a file or a directory with everything below it; returns the deleted paths (missing: none)."""
+        info = self.filesystem.get_file_info(self._full(relative))
+        deleted: list[str] = []
+        if info.type == pafs.FileType.Directory:
+            for path in self.list_files(relative):
+                self._delete(path, deleted)
+            try:
+                self.filesystem.delete_dir(self._full(relative))
+            except OSError as error:
+                logger.warning("could not delete %s: %s", relative, error)
+        elif info.type == pafs.FileType.File:
+            self._delete(relative, deleted)
+        return deleted
+
     def delete_files(self, paths: Iterable[str]) -> None:
         deleted: list[str] = []
         for path in paths:

@@ -37,7 +37,11 @@ from keyedstate.spark.group_function import (
 )
 from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
+from keyedstate.checkpoint.key_group_versions import SnapshotPolicy
+from keyedstate.spark.key_group_store import HEAP
 from keyedstate.spark.row_format import STATE_ROW_SCHEMA_DDL
+from keyedstate.spark.state_backend_options import resolve_rocksdb_mode
+from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = [
     "METRICS_TAG",
@@ -185,10 +189,16 @@ def apply_in_pandas_with_state_args(
     drop_late_events: bool = False,
     emit_metrics: bool = False,
     key_group_layout: str = BALANCED,
+    state_backend: str = HEAP,
+    state_storage: Optional[str] = None,
+    state_local_dir: Optional[str] = None,
+    uid: Optional[str] = None,
+    rocksdb_options: Optional[RocksDBOptions] = None,
+    snapshot_policy: Optional[SnapshotPolicy] = None,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
-    output mode, timeout conf)."""
+    output mode, timeout conf). The keyword arguments are :func:`keyed_process`'s."""
     if not isinstance(function, KeyedProcessFunction):
         raise ConfigurationError(
             f"function must be a KeyedProcessFunction instance, got {type(function).__qualname__}"
@@ -214,6 +224,8 @@ def apply_in_pandas_with_state_args(
     else:
         grouping = [grouping_column]
         spec_groups = num_key_groups
+    rocksdb = resolve_rocksdb_mode(df, function, state_backend, state_storage, state_local_dir, uid, rocksdb_options,
+                                   snapshot_policy)
     spec = GroupFunctionSpec(
         runtime_id=uuid.uuid4().hex,
         key_columns=tuple(key_columns),
@@ -228,6 +240,7 @@ def apply_in_pandas_with_state_args(
         emit_metrics=emit_metrics,
         key_group_layout=key_group_layout,
         parallelism=shuffle_partitions(df),
+        **rocksdb,
     )
     timeout = (
         GROUP_STATE_TIMEOUT.EventTimeTimeout if time_mode == EVENT_TIME else GROUP_STATE_TIMEOUT.ProcessingTimeTimeout
@@ -250,6 +263,12 @@ def keyed_process(
     drop_late_events: bool = False,
     emit_metrics: bool = False,
     key_group_layout: str = BALANCED,
+    state_backend: str = HEAP,
+    state_storage: Optional[str] = None,
+    state_local_dir: Optional[str] = None,
+    uid: Optional[str] = None,
+    rocksdb_options: Optional[RocksDBOptions] = None,
+    snapshot_policy: Optional[SnapshotPolicy] = None,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -276,12 +295,28 @@ def keyed_process(
       ``side_output(stream, "keyedstate_metrics")`` selects it (sum per batch in ``foreachBatch``).
     * ``side_outputs={"late": "user STRING, ts BIGINT"}`` declares side outputs; the output then has an
       ``output_tag`` column and one struct column per side output: use :func:`main_output` / :func:`side_output`.
+    * ``state_backend`` is fixed for the life of the checkpoint. ``"heap"`` (default, "row mode") keeps each key
+      group's whole state and timers in its Spark state row: fastest while state is small, but every batch rewrites
+      the state of every key group it touches. ``"rocksdb"`` keeps it in a local RocksDB per key group on the
+      executors and writes durably only what changed (a changelog per key group and batch, and now and then a new
+      incremental base snapshot) to ``state_storage``: per-batch cost follows what changed, not the total state.
+      See docs/state-backends.md for when to choose which.
+    * RocksDB mode only: ``state_storage`` is the durable location (a local path or any ``pyarrow.fs`` URI:
+      ``s3://``, ``hdfs://``, ``gs://``; state goes below ``<state_storage>/<query id>/<uid>/``). Default: the local
+      directory :func:`keyedstate.spark.rocksdb_mode.default_state_storage` (single machine, ``local[...]`` masters
+      only; a cluster needs storage every executor reaches). ``state_local_dir`` is where executors keep their
+      local databases (default: ``$KEYEDSTATE_LOCAL_DIR``, else Spark's local dir, else the temp dir). ``uid``
+      names the operator's state directories (default: the function's class name): give two keyed_process of the
+      same function class in one query different uids. ``rocksdb_options`` tunes RocksDB
+      (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` says when a new base snapshot replaces changelogs.
     """
     prepared, grouping, args = apply_in_pandas_with_state_args(
         df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,
         num_key_groups=num_key_groups, side_outputs=side_outputs,
         processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
-        emit_metrics=emit_metrics, key_group_layout=key_group_layout,
+        emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
+        state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
+        snapshot_policy=snapshot_policy,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 

@@ -13,6 +13,7 @@ import pyspark
 __all__ = [
     "PYSPARK_VERSION",
     "current_batch_id",
+    "current_query_id",
     "task_partition_id",
     "task_attempt_number",
     "shuffle_partitions",
@@ -41,6 +42,16 @@ def current_batch_id() -> Optional[int]:
         return None
     value = context.getLocalProperty("streaming.sql.batchId")
     return int(value) if value not in (None, "") else None
+
+
+def current_query_id() -> Optional[str]:
+    """The id of the running streaming query (stable across restarts from its checkpoint), or None."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return None
+    return context.getLocalProperty("sql.streaming.queryId") or None
 
 
 def task_partition_id() -> int:

@@ -25,15 +25,9 @@ from keyedstate.spark.compat import current_batch_id, task_attempt_number, task_
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, rows_builder
-from keyedstate.spark.row_format import (
-    STATE_ROW_FORMAT_FULL,
-    StateRow,
-    decode_state_payload,
-    encode_state_payload,
-)
-from keyedstate.state.base.backend import StateMetadata
+from keyedstate.spark.key_group_store import HEAP, KeyGroupStore, check_recorded_key_groups
+from keyedstate.spark.row_format import StateRow
 from keyedstate.state.base.layout import key_group_prefix
-from keyedstate.state.heap import HeapKeyedStateBackend
 
 __all__ = ["GroupFunctionSpec", "make_group_function", "METRICS_TAG", "METRICS_SCHEMA_DDL"]
 
@@ -66,6 +60,13 @@ class GroupFunctionSpec:
     emit_metrics: bool = False
     key_group_layout: str = BALANCED
     parallelism: int = 1  # spark.sql.shuffle.partitions when the query was defined
+    state_backend: str = HEAP
+    state_storage: Optional[str] = None  # RocksDB mode: durable storage URI (resolved on the driver)
+    local_dir: Optional[str] = None  # RocksDB mode: executors' local directory (None: default_local_dir())
+    uid: str = "keyed_process"  # RocksDB mode: names the operator's directories
+    retain_batches: int = 100  # spark.sql.streaming.minBatchesToRetain
+    rocksdb_options: Any = None
+    snapshot_policy: Any = None
 
 
 class _BatchClock:
@@ -81,17 +82,14 @@ class _BatchClock:
 
 
 class _GroupRuntime:
-    """The per-worker-process machinery of one query: one opened function, one heap backend reused for every key
-    group the worker runs (reset between groups), one operator."""
+    """The per-worker-process machinery of one query: one opened function, one operator, one key-group store (and
+    its backend) reused for every key group the worker runs."""
 
     def __init__(self, spec: GroupFunctionSpec, function: Any) -> None:
         self.spec = spec
         self.clock = _BatchClock()
-        # Values are serialized when the row is written at the end of the call, which fails the whole (atomic)
-        # batch on an unserializable value; validating every write as well would only slow the hot path.
-        self.backend = HeapKeyedStateBackend(
-            max_parallelism=spec.num_key_groups, ttl_clock=self.clock, validate_writes=False
-        )
+        self.store = _create_store(spec, self.clock)
+        self.backend = self.store.backend
         self.operator = KeyedProcessOperator(
             function, self.backend, task_name=f"keyed_process[{type(function).__qualname__}]",
             **self._task_info(),
@@ -112,14 +110,18 @@ class _GroupRuntime:
         # drops, and cycles (if any) are collected after the call.
         gc_was_enabled = gc.isenabled()
         gc.disable()
+        succeeded = False
         try:
-            output = self._run(key_group, frames, group_state, where)
+            output = self._run(key_group, frames, group_state, batch_id, where)
+            succeeded = True
         except KeyedStateError as error:
             raise type(error)(f"{where}: {error}") from error
         finally:
-            self._forget_group(key_group)
-            if gc_was_enabled:
-                gc.enable()
+            try:
+                self._forget_group(key_group, succeeded)
+            finally:
+                if gc_was_enabled:
+                    gc.enable()
         if output is not None and not output.empty:
             yield output
 
@@ -143,7 +145,7 @@ class _GroupRuntime:
             # row's recorded number says what really happened.
             if group_state.exists:
                 try:
-                    self._check_recorded_key_groups(StateRow.from_row(group_state.get))
+                    check_recorded_key_groups(StateRow.from_row(group_state.get), spec.num_key_groups)
                 except ConfigurationError as error:
                     raise ConfigurationError(f"keyed_process batch {batch_id}: {error}") from None
             raise ConfigurationError(
@@ -154,11 +156,12 @@ class _GroupRuntime:
             )
         return key_group
 
-    def _run(self, key_group: int, frames: Iterator[pd.DataFrame], group_state: Any, where: str) -> Optional[pd.DataFrame]:
+    def _run(self, key_group: int, frames: Iterator[pd.DataFrame], group_state: Any, batch_id: Optional[int],
+             where: str) -> Optional[pd.DataFrame]:
         operator = self.operator
         fired_before = operator.timers_fired
         processed_before = operator.elements_processed
-        self._load(key_group, group_state)
+        self.store.load(key_group, group_state, batch_id, operator.timer_service)
         now = int(group_state.getCurrentProcessingTimeMs())
         self.clock.now_ms = now
         watermark = watermark_or_none(group_state)
@@ -170,8 +173,8 @@ class _GroupRuntime:
             self._process(key_group, batch, where)
         operator.advance_processing_time(now)
         self.backend.cleanup_expired_state()
-        keys_with_state = self.backend.count_keys_with_state() if self.spec.emit_metrics else 0
-        state_bytes = self._persist(key_group, group_state, watermark, now)
+        keys_with_state = self.store.keys_with_state() if self.spec.emit_metrics else 0
+        state_bytes = self._persist(key_group, group_state, batch_id, watermark, now)
         records, _ = operator.outputs.drain()
         side = operator.outputs.drain_all_side()
         if self.spec.emit_metrics:
@@ -183,29 +186,6 @@ class _GroupRuntime:
         if not records and not side:
             return None
         return self.spec.layout.to_pandas(records, side, where)
-
-    def _load(self, key_group: int, group_state: Any) -> None:
-        if not group_state.exists:
-            return
-        row = StateRow.from_row(group_state.get)
-        self._check_recorded_key_groups(row)
-        if row.format != STATE_ROW_FORMAT_FULL:
-            raise ConfigurationError(
-                f"the state row has format {row.format}, which this keyedstate version cannot read (it reads "
-                f"{STATE_ROW_FORMAT_FULL}); upgrade keyedstate"
-            )
-        for metadata, records in decode_state_payload(row.state):
-            self.backend.load_stored_records(StateMetadata.from_json(metadata), records)
-        if row.timers:
-            self.operator.timer_service.import_key_group(row.timers, key_group)
-
-    def _check_recorded_key_groups(self, row: StateRow) -> None:
-        if row.key_groups != self.spec.num_key_groups:
-            raise ConfigurationError(
-                f"the query's checkpoint was written with num_key_groups={row.key_groups} but keyed_process now runs "
-                f"with num_key_groups={self.spec.num_key_groups}; the number of key groups cannot change while the "
-                f"checkpoint lives. Restart with num_key_groups={row.key_groups}, or use a new checkpoint location"
-            )
 
     def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
         spec = self.spec
@@ -248,18 +228,15 @@ class _GroupRuntime:
         finally:
             self.backend.clear_current_key()
 
-    def _persist(self, key_group: int, group_state: Any, watermark: Optional[int], now: int) -> int:
-        """Write the row (or remove it) and Spark's timeout; returns the row's size in bytes."""
+    def _persist(self, key_group: int, group_state: Any, batch_id: Optional[int], watermark: Optional[int],
+                 now: int) -> int:
+        """Write the row (or remove it) and Spark's timeout; returns the bytes written durably."""
         timers = self.operator.timer_service
-        records = self.backend.export_records()
-        has_timers = timers.num_event_time_timers(key_group) or timers.num_processing_time_timers(key_group)
-        if not records and not has_timers:
-            # No timeout is set in this call, so Spark deletes the row (see spark-platform.md).
-            group_state.remove()
+        has_timers = (timers.earliest_timer(TimeDomain.EVENT_TIME, key_group) is not None
+                      or timers.earliest_timer(TimeDomain.PROCESSING_TIME, key_group) is not None)
+        kept, written = self.store.save(key_group, group_state, batch_id, timers, has_timers)
+        if not kept:
             return 0
-        payload = encode_state_payload([(metadata.to_json(), recs) for metadata, recs in records])
-        timer_blob = timers.export_key_group(key_group) if has_timers else b""
-        group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.spec.num_key_groups, payload, timer_blob).to_tuple())
         # update() clears Spark's timeout, so it is set again on every call.
         if self.spec.time_mode == EVENT_TIME:
             earliest = timers.earliest_timer(TimeDomain.EVENT_TIME, key_group)
@@ -272,15 +249,15 @@ class _GroupRuntime:
             earliest = timers.earliest_timer(TimeDomain.PROCESSING_TIME, key_group)
             if earliest is not None:
                 delays.append(earliest.timestamp - 1 - now)
-            if timers.num_event_time_timers(key_group):
+            if timers.earliest_timer(TimeDomain.EVENT_TIME, key_group) is not None:
                 delays.append(self.spec.poll_interval_ms)
             if delays:
                 group_state.setTimeoutDuration(max(1, min(delays)))
-        return len(payload) + len(timer_blob)
+        return written
 
-    def _forget_group(self, key_group: int) -> None:
-        self.backend.reset()
-        self.operator.timer_service.clear_key_group(key_group)
+    def _forget_group(self, key_group: int, succeeded: bool) -> None:
+        self.backend.clear_current_key()
+        self.store.finish(key_group, self.operator.timer_service, succeeded)
         self.operator.outputs.drain()
         self.operator.outputs.drain_all_side()
 
@@ -304,3 +281,17 @@ def _runtime(spec: GroupFunctionSpec, function: Any) -> _GroupRuntime:
     if runtime is None:
         runtime = _RUNTIMES[spec.runtime_id] = _GroupRuntime(spec, function)
     return runtime
+
+
+def _create_store(spec: GroupFunctionSpec, clock: Any) -> KeyGroupStore:
+    if spec.state_backend == HEAP:
+        from keyedstate.spark.row_mode import RowKeyGroupStore
+
+        return RowKeyGroupStore(spec.num_key_groups, clock)
+    from keyedstate.spark.rocksdb_mode import RocksDBKeyGroupStore
+
+    assert spec.state_storage is not None
+    return RocksDBKeyGroupStore(
+        spec.num_key_groups, clock, state_storage=spec.state_storage, local_dir=spec.local_dir, uid=spec.uid,
+        options=spec.rocksdb_options, policy=spec.snapshot_policy, retain_batches=spec.retain_batches,
+    )

@@ -2,13 +2,14 @@
 
 Row schema (fixed, so Spark's state schema check never trips over keyedstate upgrades)::
 
-    format        int     1 = the row carries the group's whole state; 2 is reserved for a row that carries only a
-                          delta over a RocksDB snapshot (base_snapshot + tag then say which)
+    format        int     1 = the row carries the group's whole state (state_backend="heap");
+                          2 = the state lives in RocksDB and durable files; the row carries their version record
     key_groups    int     num_key_groups the query was started with; a restart with another number is refused
-    state         binary  every state's records of the group in the shared stored-key layout (msgpack)
-    timers        binary  the group's timers (timers' versioned key-group encoding)
-    base_snapshot long    reserved for format 2 (null)
-    tag           string  reserved for format 2 (null)
+    state         binary  format 1: every state's records of the group in the shared stored-key layout (msgpack);
+                          format 2: the version record (keyedstate.checkpoint.key_group_versions.VersionRecord)
+    timers        binary  format 1: the group's timers (timers' versioned key-group encoding); format 2: empty
+    base_snapshot long    format 2: the batch of the base snapshot the version builds on (null before the first)
+    tag           string  format 2: the version's tag (unique per call that wrote it)
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import msgpack
 
 from keyedstate.errors import SnapshotCorruptedError
 
-__all__ = ["STATE_ROW_SCHEMA_DDL", "STATE_ROW_FORMAT_FULL", "StateRow", "encode_state_payload", "decode_state_payload"]
+__all__ = ["STATE_ROW_SCHEMA_DDL", "STATE_ROW_FORMAT_FULL", "STATE_ROW_FORMAT_ROCKSDB", "StateRow", "encode_state_payload", "decode_state_payload"]
 
 STATE_ROW_FORMAT_FULL = 1
+STATE_ROW_FORMAT_ROCKSDB = 2
 STATE_ROW_SCHEMA_DDL = (
     "format INT, key_groups INT, state BINARY, timers BINARY, base_snapshot BIGINT, tag STRING"
 )

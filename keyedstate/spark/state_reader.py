@@ -1,19 +1,25 @@
 """Read the keyed state of a keyed_process query back from its checkpoint (for tests, debugging, audits).
 
-Uses Spark's state data source (``spark.read.format("statestore")``, Spark 3.5+) to get the key-group rows, then
-decodes every key's state and timers.
+Uses Spark's state data source (``spark.read.format("statestore")``, Spark 4.0+) to get the key-group rows, then
+decodes every key's state and timers: from the row itself in row mode, and in RocksDB mode from the version the
+row names (its base snapshot and changelogs, restored into a temporary database and verified like any restore).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+import os
+import tempfile
+from typing import Any, Iterable, Optional, Sequence
 
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
-from keyedstate.spark.row_format import StateRow, decode_state_payload
+from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, VersionRecord
+from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
 from keyedstate.state.descriptors import StateDescriptor
 from timers import decode_key_group_blob
+from timers.codec import decode_record
 
 __all__ = ["read_keyed_state", "decode_state_row"]
 
@@ -27,37 +33,76 @@ def _deserializer(metadata: StateMetadata, descriptors: dict[str, StateDescripto
     return _PICKLE.deserialize if "PICKLED_BYTE_ARRAY" in metadata.signature else DEFAULT_CODEC.deserialize
 
 
-def decode_state_row(row: StateRow, descriptors: Sequence[StateDescriptor] = ()) -> dict[Any, dict[str, Any]]:
+def decode_state_row(row: StateRow, descriptors: Sequence[StateDescriptor] = (),
+                     state_storage: Optional[str] = None) -> dict[Any, dict[str, Any]]:
     """``{key: {state name: value, "__timers__": [(domain, timestamp), ...]}}`` of one key group's row.
 
-    Values are plain Python values (list state as a list, map state as a dict); TTL timestamps are dropped.
+    Values are plain Python values (list state as a list, map state as a dict); TTL timestamps are dropped. A
+    RocksDB-mode row's files are read from the storage the row names, or from ``state_storage`` (the directory
+    holding the ``kg-NNNNN`` directories) when they were moved.
     """
+    if row.format == STATE_ROW_FORMAT_ROCKSDB:
+        return _decode_rocksdb_version(VersionRecord.from_bytes(row.state), row.key_groups, descriptors, state_storage)
+    states = [(StateMetadata.from_json(metadata), records) for metadata, records in decode_state_payload(row.state)]
+    timers: list[tuple[str, Any]] = []
+    if row.timers:
+        _, event_timers, processing_timers = decode_key_group_blob(row.timers)
+        timers = [("event_time", t) for t in event_timers] + [("processing_time", t) for t in processing_timers]
+    return _assemble(states, timers, descriptors)
+
+
+def _assemble(states: Iterable[tuple[StateMetadata, Iterable[tuple[bytes, bytes]]]], timers: Iterable[tuple[str, Any]],
+              descriptors: Sequence[StateDescriptor]) -> dict[Any, dict[str, Any]]:
     by_name = {d.name: d for d in descriptors}
     result: dict[Any, dict[str, Any]] = {}
-    for metadata_json, records in decode_state_payload(row.state):
-        metadata = StateMetadata.from_json(metadata_json)
+    for metadata, records in states:
         deserialize = _deserializer(metadata, by_name)
         for stored_key, entry in records:
             key, offset = decode_key(stored_key, KEY_GROUP_PREFIX_BYTES)
             _, offset = decode_key(stored_key, offset)  # namespace
             value = deserialize(entry[8:] if metadata.has_ttl else entry)
-            states = result.setdefault(key, {})
+            states_of_key = result.setdefault(key, {})
             if metadata.kind == "list":
-                states.setdefault(metadata.name, []).append(value)
+                states_of_key.setdefault(metadata.name, []).append(value)
             elif metadata.kind == "map":
                 user_key, _ = decode_key(stored_key, offset)
-                states.setdefault(metadata.name, {})[user_key] = value
+                states_of_key.setdefault(metadata.name, {})[user_key] = value
             else:
-                states[metadata.name] = value
-    if row.timers:
-        _, event_timers, processing_timers = decode_key_group_blob(row.timers)
-        for domain, timers in (("event_time", event_timers), ("processing_time", processing_timers)):
-            for timer in timers:
-                result.setdefault(timer.key, {}).setdefault("__timers__", []).append((domain, timer.timestamp))
-    for states in result.values():
-        if "__timers__" in states:
-            states["__timers__"].sort()
+                states_of_key[metadata.name] = value
+    for domain, timer in timers:
+        result.setdefault(timer.key, {}).setdefault("__timers__", []).append((domain, timer.timestamp))
+    for states_of_key in result.values():
+        if "__timers__" in states_of_key:
+            states_of_key["__timers__"].sort()
     return result
+
+
+def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descriptors: Sequence[StateDescriptor],
+                            state_storage: Optional[str]) -> dict[Any, dict[str, Any]]:
+    from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
+
+    first = record.base or (record.changelogs[0] if record.changelogs else None)
+    if first is None:
+        return {}
+    key_group = int(first.path.split("/", 1)[0][len("kg-"):])
+    versions = KeyGroupVersions(CheckpointStorage(state_storage or record.location), key_group, num_key_groups)
+    with tempfile.TemporaryDirectory(prefix="keyedstate-read-") as directory:
+        path = os.path.join(directory, "db")
+        changelogs = versions.restore(record, path)
+        backend = RocksDBKeyedStateBackend(path, max_parallelism=num_key_groups,
+                                           options=RocksDBOptions(reuse_existing=True))
+        try:
+            for changelog in changelogs:
+                backend.replay(changelog)
+            states = [(backend._restored_metadata[name], list(backend.iter_stored_records(name)))
+                      for name in backend.stored_state_names() if name in backend._restored_metadata]
+            timers = []
+            for name in backend.raw_column_names():
+                domain = "event_time" if name.startswith("_timer_state/event_") else "processing_time"
+                timers += [(domain, decode_record(k, v)) for k, v in backend.iter_raw_column_records(name)]
+            return _assemble(states, timers, descriptors)
+        finally:
+            backend.close()
 
 
 def read_keyed_state(
@@ -67,9 +112,12 @@ def read_keyed_state(
     descriptors: Sequence[StateDescriptor] = (),
     batch_id: Optional[int] = None,
     operator_id: int = 0,
+    state_storage: Optional[str] = None,
 ) -> dict[Any, dict[str, Any]]:
     """Every key's state (and pending timers) of a keyed_process query as of ``batch_id`` (default: the last
-    committed batch). Pass the function's descriptors to decode values stored with custom serializers."""
+    committed batch). Pass the function's descriptors to decode values stored with custom serializers. RocksDB
+    mode: the state files are read where the query wrote them; ``state_storage`` overrides that location (the
+    ``<state_storage>/<query id>/<uid>`` directory) when they were moved."""
     reader = spark.read.format("statestore").option("operatorId", operator_id)
     if batch_id is not None:
         reader = reader.option("batchId", batch_id)
@@ -81,5 +129,5 @@ def read_keyed_state(
     for (state_row,) in frame.select(column).collect():
         if state_row is None:
             continue
-        result.update(decode_state_row(StateRow.from_row(state_row), descriptors))
+        result.update(decode_state_row(StateRow.from_row(state_row), descriptors, state_storage))
     return result

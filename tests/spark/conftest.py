@@ -34,3 +34,13 @@ def functions_of_this_module_are_pickled_by_value(request):
     cloudpickle.register_pickle_by_value(request.module)
     yield
     cloudpickle.unregister_pickle_by_value(request.module)
+
+
+@pytest.fixture(params=["heap", "rocksdb"])
+def state_backend(request, tmp_path):
+    """keyed_process's state-backend arguments: row mode, or RocksDB mode with its storage and local databases
+    below the test's tmp_path."""
+    if request.param == "heap":
+        return {"state_backend": "heap"}
+    return {"state_backend": "rocksdb", "state_storage": str(tmp_path / "state-storage"),
+            "state_local_dir": str(tmp_path / "local-rocksdb")}

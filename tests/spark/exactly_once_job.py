@@ -1,6 +1,8 @@
 """A file-source -> keyed_process -> file-sink job the exactly-once test runs in a subprocess and kills.
 
-    python exactly_once_job.py BASE_DIR STATE_STORE_PROVIDER
+    python exactly_once_job.py BASE_DIR STATE_STORE_PROVIDER [STATE_BACKEND]
+
+STATE_BACKEND is keyed_process's ``heap`` (default) or ``rocksdb`` (state storage and local databases below BASE_DIR).
 
 Environment: ``PAUSE_BATCH`` and ``PAUSE_AT`` (``element`` | ``timer``) make the function write ``BASE/paused`` and
 hang inside that batch on the first attempt only, so the test can kill the job mid-batch at a known point.
@@ -59,6 +61,10 @@ class CountingWithPause(KeyedProcessFunction):
 
 def main() -> int:
     base, provider = sys.argv[1], sys.argv[2]
+    backend = sys.argv[3] if len(sys.argv) > 3 else "heap"
+    backend_arguments: dict = {"state_backend": backend}
+    if backend == "rocksdb":
+        backend_arguments.update(state_storage=f"{base}/state-storage", state_local_dir=f"{base}/local-rocksdb")
     from pyspark.sql import SparkSession
 
     from keyedstate.spark import keyed_process
@@ -73,7 +79,8 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     source = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(f"{base}/in")
               .withWatermark("ts", "0 seconds"))
-    output = keyed_process(source, ["user"], CountingWithPause(base), OUTPUT, event_time_column="ts", num_key_groups=7)
+    output = keyed_process(source, ["user"], CountingWithPause(base), OUTPUT, event_time_column="ts", num_key_groups=7,
+                           **backend_arguments)
     query = (output.writeStream.format("json").option("path", f"{base}/out")
              .option("checkpointLocation", f"{base}/checkpoint").trigger(processingTime="100 milliseconds").start())
     query.processAllAvailable()

@@ -3,6 +3,8 @@ usable once the code is fixed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pyspark.errors import StreamingQueryException
 
@@ -34,7 +36,7 @@ class Count(KeyedProcessFunction):
         yield (value["user"], "not a number" if self.bad_output else count)
 
 
-def run_until_failure(spark, tmp_path, function, rows, name, **kwargs) -> str:
+def run_until_failure(spark, tmp_path, function, rows, name, **kwargs: Any) -> str:
     write_input(tmp_path / "in", 0, rows)
     query = start_query(spark, tmp_path, function, schema=SCHEMA, key_columns=["user"],
                         output_schema="user STRING, count BIGINT", query_name=name, sink_path=tmp_path / "out", **kwargs)
@@ -46,9 +48,9 @@ def run_until_failure(spark, tmp_path, function, rows, name, **kwargs) -> str:
     return str(failure.value)
 
 
-def test_a_null_key_names_the_key_group_and_batch(spark, tmp_path):
+def test_a_null_key_names_the_key_group_and_batch(spark, tmp_path, state_backend):
     message = run_until_failure(spark, tmp_path, Count(), [{"user": None, "payload": "x", "ts": "2024-01-01T00:00:00Z"}],
-                                "null_key")
+                                "null_key", **state_backend)
     assert "NullKeyError" in message and "null key" in message
     assert "key group" in message and "batch 0" in message
 
@@ -65,24 +67,25 @@ def test_event_time_column_must_exist_and_be_a_timestamp(spark, tmp_path):
         keyed_process(frame, ["nope"], Count(), "user STRING, count BIGINT", event_time_column="ts")
 
 
-def test_output_that_does_not_match_the_schema_names_the_column(spark, tmp_path):
+def test_output_that_does_not_match_the_schema_names_the_column(spark, tmp_path, state_backend):
     message = run_until_failure(spark, tmp_path, Count(bad_output=True),
-                                [{"user": "a", "payload": "x", "ts": "2024-01-01T00:00:00Z"}], "bad_output")
+                                [{"user": "a", "payload": "x", "ts": "2024-01-01T00:00:00Z"}], "bad_output",
+                                **state_backend)
     assert "InvalidOutputError" in message and "'count'" in message and "not a number" in message
     assert "key group" in message and "batch 0" in message
 
 
-def test_a_user_exception_names_function_key_and_element_and_the_checkpoint_survives(spark, tmp_path):
+def test_a_user_exception_names_function_key_and_element_and_the_checkpoint_survives(spark, tmp_path, state_backend):
     rows = [{"user": "a", "payload": "ok", "ts": "2024-01-01T00:00:00Z"},
             {"user": "b", "payload": "boom", "ts": "2024-01-01T00:00:01Z"}]
-    message = run_until_failure(spark, tmp_path, Count(fail_on_boom=True), rows, "user_error")
+    message = run_until_failure(spark, tmp_path, Count(fail_on_boom=True), rows, "user_error", **state_backend)
     assert "UserFunctionError" in message and "Count.process_element failed for key 'b'" in message
     assert "boom" in message and "ValueError: cannot handle boom" in message
     assert "key group" in message and "batch 0" in message
 
     # The fixed function resumes from the same checkpoint and processes the failed batch exactly once.
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out")
+                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **state_backend)
     try:
         query.processAllAvailable()
         write_input(tmp_path / "in", 1, [{"user": "b", "payload": "again", "ts": "2024-01-01T00:00:02Z"}])
@@ -93,16 +96,18 @@ def test_a_user_exception_names_function_key_and_element_and_the_checkpoint_surv
     assert sorted(tuple(r) for r in output) == [("a", 1), ("b", 1), ("b", 2)]
 
 
-def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path):
+def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path, state_backend):
     rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
     write_input(tmp_path / "in", 0, rows)
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", num_key_groups=7, sink_path=tmp_path / "out")
+                        output_schema="user STRING, count BIGINT", num_key_groups=7, sink_path=tmp_path / "out",
+                        **state_backend)
     query.processAllAvailable()
     query.stop()
     write_input(tmp_path / "in", 1, rows)
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", num_key_groups=5, sink_path=tmp_path / "out")
+                        output_schema="user STRING, count BIGINT", num_key_groups=5, sink_path=tmp_path / "out",
+                        **state_backend)
     try:
         with pytest.raises(StreamingQueryException) as failure:
             query.processAllAvailable()
@@ -111,21 +116,21 @@ def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path
     assert "num_key_groups=7" in str(failure.value) and "num_key_groups=5" in str(failure.value)
 
 
-def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_schema_check(spark, tmp_path):
+def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_schema_check(spark, tmp_path, state_backend):
     # The layouts group by columns of different types (int, bigint), so the new layout can never silently read the
     # old rows as empty state: Spark compares the key schema with the checkpoint's before the first batch runs.
     rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
     write_input(tmp_path / "in", 0, rows)
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
                         output_schema="user STRING, count BIGINT", key_group_layout="identity",
-                        sink_path=tmp_path / "out")
+                        sink_path=tmp_path / "out", **state_backend)
     query.processAllAvailable()
     query.stop()
     first_run = spark.read.schema("user STRING, count BIGINT").json(str(tmp_path / "out")).collect()
     assert sorted(tuple(r) for r in first_run) == sorted((f"u{i}", 1) for i in range(20))
     write_input(tmp_path / "in", 1, rows)
     query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out")
+                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **state_backend)
     try:
         with pytest.raises(StreamingQueryException) as failure:
             query.processAllAvailable()
@@ -134,3 +139,42 @@ def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_sch
     message = str(failure.value)
     assert "key schema" in message and "_keyedstate_key_group,IntegerType" in message
     assert "_keyedstate_key_group,LongType" in message
+
+
+def test_restarting_with_another_state_backend_is_refused(spark, tmp_path, state_backend):
+    rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
+    write_input(tmp_path / "in", 0, rows)
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **state_backend)
+    query.processAllAvailable()
+    query.stop()
+    other = "heap" if state_backend["state_backend"] == "rocksdb" else "rocksdb"
+    other_arguments = {"state_backend": other}
+    if other == "rocksdb":
+        other_arguments["state_storage"] = str(tmp_path / "state-storage")
+    write_input(tmp_path / "in", 1, rows)
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **other_arguments)
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    message = str(failure.value)
+    assert f"written with state_backend='{state_backend['state_backend']}'" in message
+    assert f"now runs with state_backend='{other}'" in message and "key group" in message and "batch" in message
+
+
+def test_rocksdb_only_options_and_bad_values_are_refused_before_the_query_starts(spark, tmp_path):
+    frame = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    arguments = ("user STRING, count BIGINT",)
+    with pytest.raises(ConfigurationError, match="state_backend must be one of 'heap', 'rocksdb', got 'disk'"):
+        keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="disk")
+    with pytest.raises(ConfigurationError, match="state_storage only apply with state_backend='rocksdb'"):
+        keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_storage=str(tmp_path))
+    with pytest.raises(ConfigurationError, match="uid must be"):
+        keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="rocksdb",
+                      state_storage=str(tmp_path / "s"), uid="a/b")
+    with pytest.raises(ConfigurationError, match="state_storage 'nosuchscheme://x' is not usable"):
+        keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="rocksdb",
+                      state_storage="nosuchscheme://x")

@@ -37,10 +37,10 @@ def write_all_input(base: Path) -> None:
     write_input(base / "in", FILES + 1, [{"user": "flush", "payload": "z-1", "ts": iso(T0 + 3_600_001)}])
 
 
-def start_job(base: Path, provider: str, **env: str) -> subprocess.Popen:
+def start_job(base: Path, provider: str, backend: str = "heap", **env: str) -> subprocess.Popen:
     environment = {**os.environ, **env}
     log = open(base / "job.log", "ab")
-    return subprocess.Popen([sys.executable, str(JOB), str(base), provider], env=environment, stdout=log,
+    return subprocess.Popen([sys.executable, str(JOB), str(base), provider, backend], env=environment, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -49,8 +49,8 @@ def kill_hard(process: subprocess.Popen) -> None:
     process.wait(timeout=60)
 
 
-def run_to_completion(base: Path, provider: str) -> None:
-    process = start_job(base, provider)
+def run_to_completion(base: Path, provider: str, backend: str = "heap") -> None:
+    process = start_job(base, provider, backend)
     assert process.wait(timeout=600) == 0, (base / "job.log").read_text()[-3000:]
 
 
@@ -78,29 +78,30 @@ def uninterrupted(spark, tmp_path_factory):
 
 
 def test_sigkill_at_three_points_then_restart_gives_the_uninterrupted_result(spark, tmp_path, uninterrupted,
-                                                                           state_store_provider):
+                                                                           state_store_provider, state_backend):
+    backend = state_backend["state_backend"]
     write_all_input(tmp_path)
     marker = tmp_path / "paused"
 
     # 1. Inside process_element of batch 2.
-    job = start_job(tmp_path, state_store_provider, PAUSE_BATCH="2", PAUSE_AT="element")
+    job = start_job(tmp_path, state_store_provider, backend, PAUSE_BATCH="2", PAUSE_AT="element")
     wait_until(marker.exists, 420, "the job to pause inside process_element of batch 2")
     kill_hard(job)
     assert committed_batches(tmp_path) == 2
 
     # 2. Right after a batch committed (whatever the job was doing then).
-    job = start_job(tmp_path, state_store_provider)
+    job = start_job(tmp_path, state_store_provider, backend)
     wait_until(lambda: committed_batches(tmp_path) >= 5, 420, "batch 4 to commit")
     kill_hard(job)
 
     # 3. Inside on_timer of a later batch.
     marker.unlink()
     first_timer_batch = committed_batches(tmp_path) + 1
-    job = start_job(tmp_path, state_store_provider, PAUSE_BATCH=str(first_timer_batch), PAUSE_AT="timer")
+    job = start_job(tmp_path, state_store_provider, backend, PAUSE_BATCH=str(first_timer_batch), PAUSE_AT="timer")
     wait_until(marker.exists, 420, f"the job to pause inside on_timer of batch {first_timer_batch}")
     kill_hard(job)
 
-    run_to_completion(tmp_path, state_store_provider)
+    run_to_completion(tmp_path, state_store_provider, backend)
 
     output, state = results(spark, tmp_path)
     expected_output, expected_state = uninterrupted

@@ -72,11 +72,12 @@ def row_of(columns: list[str]):
 
 
 @pytest.mark.parametrize("num_key_groups", [1, 7, 128])
-def test_count_with_timeout_on_spark_equals_the_harness(spark, tmp_path, num_key_groups):
+def test_count_with_timeout_on_spark_equals_the_harness(spark, tmp_path, num_key_groups, state_backend):
     inputs = event_batches(1, "payload", ["click", "view"])
     output, batches = run_on_spark(
         spark, tmp_path, CountWithTimeoutFunction(), inputs, schema="user STRING, payload STRING, ts TIMESTAMP",
         key_columns=["user"], output_schema="user STRING, count BIGINT", num_key_groups=num_key_groups,
+        **state_backend,
     )
     expected = replay_in_harness(
         CountWithTimeoutFunction(), lambda value: value[0], batches, inputs,
@@ -87,12 +88,13 @@ def test_count_with_timeout_on_spark_equals_the_harness(spark, tmp_path, num_key
 
 
 @pytest.mark.parametrize("num_key_groups", [1, 7, 128])
-def test_session_gap_on_spark_equals_the_harness(spark, tmp_path, num_key_groups):
+def test_session_gap_on_spark_equals_the_harness(spark, tmp_path, num_key_groups, state_backend):
     inputs = event_batches(2, "action", ["open", "read", "buy"])
     output, batches = run_on_spark(
         spark, tmp_path, SessionGapFunction(), inputs, schema="user STRING, action STRING, ts TIMESTAMP",
         key_columns=["user"], num_key_groups=num_key_groups,
         output_schema="user STRING, session_start BIGINT, session_end BIGINT, event_count BIGINT, actions STRING",
+        **state_backend,
     )
     expected = replay_in_harness(
         SessionGapFunction(), lambda value: value["user"], batches, inputs,
@@ -103,7 +105,7 @@ def test_session_gap_on_spark_equals_the_harness(spark, tmp_path, num_key_groups
 
 
 @pytest.mark.parametrize("num_key_groups", [1, 7, 128])
-def test_fraud_detection_on_spark_equals_the_harness(spark, tmp_path, num_key_groups):
+def test_fraud_detection_on_spark_equals_the_harness(spark, tmp_path, num_key_groups, state_backend):
     window_ms = 8_000  # wide enough that a slow batch on a busy machine stays inside it
     small, large = 0.5, 900.0
     inputs = [
@@ -112,12 +114,13 @@ def test_fraud_detection_on_spark_equals_the_harness(spark, tmp_path, num_key_gr
         [{"account_id": "b", "amount": large}, {"account_id": "d", "amount": small}],  # b: window passed, no alert
         [{"account_id": "c", "amount": large}, {"account_id": "d", "amount": large}],  # d: alert; c: window passed
     ]
-    query_name = f"fraud{num_key_groups}"
+    query_name = f"fraud{num_key_groups}_{state_backend['state_backend']}"
     write_input(tmp_path / "in", 0, inputs[0])
     handle = start_query(
         spark, tmp_path, FraudDetector(window_ms=window_ms), schema="account_id STRING, amount DOUBLE",
         key_columns=["account_id"], output_schema="account_id STRING", event_time_column=None,
         time_mode="processing_time", num_key_groups=num_key_groups, trigger_ms=300, query_name=query_name,
+        **state_backend,
     )
     checkpoint = tmp_path / "checkpoint"
     try:

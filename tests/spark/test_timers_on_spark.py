@@ -46,10 +46,10 @@ def iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def test_five_event_time_timers_fire_in_order_for_an_idle_key(spark, tmp_path):
+def test_five_event_time_timers_fire_in_order_for_an_idle_key(spark, tmp_path, state_backend):
     write_input(tmp_path / "in", 0, [{"user": "idle", "ts": iso(T0)}, {"user": "clock", "ts": iso(T0)}])
     query = start_query(spark, tmp_path, FiveTimers(TimeDomain.EVENT_TIME, 1_000), schema="user STRING, ts TIMESTAMP",
-                        key_columns=["user"], output_schema=OUTPUT, query_name="event_timers")
+                        key_columns=["user"], output_schema=OUTPUT, query_name="event_timers", **state_backend)
     try:
         query.processAllAvailable()
         # Only the other key sends data: the watermark passes two timers, then the rest.
@@ -66,11 +66,12 @@ def test_five_event_time_timers_fire_in_order_for_an_idle_key(spark, tmp_path):
     assert [watermark for _, _, watermark, _ in fired[:2]] == [T0 + 2_500] * 2
 
 
-def test_five_processing_time_timers_fire_in_order_for_an_idle_key(spark, tmp_path):
+def test_five_processing_time_timers_fire_in_order_for_an_idle_key(spark, tmp_path, state_backend):
     write_input(tmp_path / "in", 0, [{"user": "idle"}])
     query = start_query(spark, tmp_path, FiveTimers(TimeDomain.PROCESSING_TIME, 400), schema="user STRING",
                         key_columns=["user"], output_schema=OUTPUT, event_time_column=None,
-                        time_mode="processing_time", trigger_ms=200, query_name="processing_timers")
+                        time_mode="processing_time", trigger_ms=200, query_name="processing_timers",
+                        **state_backend)
     try:
         wait_until(lambda: spark.sql("select * from processing_timers").count() >= 5, 90, "five timer firings")
         time.sleep(1)  # nothing more may fire

@@ -16,7 +16,7 @@ from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlC
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor
-from keyedstate.state.rocksdb.db import RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
+from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.errors import translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.stores import RocksDBListStore, RocksDBMapStore, RocksDBRawColumn, RocksDBValueStore
@@ -38,6 +38,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     """
 
     backend_kind = "rocksdb"
+    record_changes = False
+    """Whether the database records every write (:meth:`RocksDatabase.take_changes`); the Spark key-group backend
+    stores those as changelogs."""
 
     def __init__(
         self,
@@ -57,7 +60,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
         # sha256 of local SST files by (name, size): SSTs are immutable and a live database never reuses a number.
         self.sst_checksums: dict[tuple[str, int], str] = {}
-        self._database = RocksDatabase(self.path, self.options)
+        self._database = RocksDatabase(self.path, self.options, self.record_changes)
         self._remove_leftover_work_directories()
         self._load_metadata_from_database()
 
@@ -83,7 +86,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _state_family(self, descriptor: StateDescriptor) -> str:
         metadata = json.dumps(StateMetadata.of(descriptor).to_json()).encode()
-        self._database.db.put(_METADATA_PREFIX + descriptor.name.encode(), metadata)
+        self._put_metadata(descriptor.name, metadata)
         return STATE_CF_PREFIX + descriptor.name
 
     def _load_metadata_from_database(self) -> None:
@@ -97,7 +100,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _write_metadata(self, metadata: Sequence[StateMetadata]) -> None:
         for item in metadata:
-            self._database.db.put(_METADATA_PREFIX + item.name.encode(), json.dumps(item.to_json()).encode())
+            self._put_metadata(item.name, json.dumps(item.to_json()).encode())
+
+    def _put_metadata(self, name: str, metadata: bytes) -> None:
+        default = self._database.column_families[DEFAULT_CF]
+        key = _METADATA_PREFIX + name.encode()
+        if default.get(key) != metadata:  # unchanged metadata is not written again (nor recorded as a change)
+            default.put(key, metadata)
 
     # ---- column families of states that may not be registered ----------------------------------------------------
 
@@ -177,6 +186,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             database.write(batch)
         return removed
 
+    def replay(self, changes: Any) -> None:
+        """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
+        again: it is stored already)."""
+        changes.apply(self._database)
+
     # ---- snapshots -----------------------------------------------------------------------------------------------
 
     def snapshot(self, checkpoint_id: int) -> Any:
@@ -200,7 +214,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _open_database(self, reuse_existing: bool) -> None:
         from dataclasses import replace
 
-        self._database = RocksDatabase(self.path, replace(self.options, reuse_existing=reuse_existing))
+        self._database = RocksDatabase(self.path, replace(self.options, reuse_existing=reuse_existing),
+                                       self.record_changes)
         for store in self._stores():
             store.bind(self._database)
         self.sst_checksums = {}

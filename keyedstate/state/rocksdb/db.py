@@ -16,6 +16,7 @@ from typing import Any, Optional
 import rocksdict
 
 from keyedstate.errors import StateBackendLockedError
+from keyedstate.state.rocksdb.changelog import ChangeLog, RecordingBatch, RecordingFamily
 from keyedstate.state.rocksdb.errors import is_lock_error, translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
@@ -29,19 +30,47 @@ OWNER_FILE = "KEYEDSTATE-OWNER.json"
 """Who holds the lock (pid, host, since); RocksDB's LOCK file says nothing, so lock errors quote this file."""
 
 
-class RocksDatabase:
-    """An open rocksdict database in raw mode with its column families."""
+_BUILT_OPTIONS: dict[RocksDBOptions, Any] = {}
 
-    def __init__(self, path: str, options: RocksDBOptions) -> None:
+
+def _built(options: RocksDBOptions) -> Any:
+    """One rocksdict ``Options`` (and so one block cache) per distinct settings in this process: a process that
+    opens database after database (one per Spark key group) shares one bounded cache among them."""
+    built = _BUILT_OPTIONS.get(options)
+    if built is None:
+        built = _BUILT_OPTIONS[options] = options.build()
+    return built
+
+
+class RocksDatabase:
+    """An open rocksdict database in raw mode with its column families.
+
+    With ``record_changes`` every write made through :meth:`column_family` objects and :meth:`new_batch` batches
+    is also appended to :attr:`changes` (see :mod:`keyedstate.state.rocksdb.changelog`).
+    """
+
+    def __init__(self, path: str, options: RocksDBOptions, record_changes: bool = False) -> None:
         self.path = os.path.abspath(path)
         self.settings = options
-        self.options = options.build()
+        self.options = _built(options)
         self.write_options = rocksdict.WriteOptions()
         self.write_options.disable_wal = True  # snapshots give durability (Flink's RocksDB backend does the same)
         self.db: Any = None
         self.column_families: dict[str, Any] = {}
         self.handles: dict[str, Any] = {}
+        self._handle_names: dict[int, str] = {}
+        self.changes: Optional[ChangeLog] = ChangeLog() if record_changes else None
         self._open_with_retry()
+
+    def take_changes(self) -> ChangeLog:
+        """The writes recorded since the last call (or the open); recording goes on with an empty log."""
+        if self.changes is None:
+            raise RuntimeError("this database does not record changes")
+        changes, self.changes = self.changes, ChangeLog()
+        return changes
+
+    def _current_log(self) -> Optional[ChangeLog]:
+        return self.changes
 
     # ---- open / close ----------------------------------------------------------------------------------------------
 
@@ -78,22 +107,33 @@ class RocksDatabase:
         families = {name: self.options for name in existing if name != DEFAULT_CF}
         self.db = rocksdict.Rdict(self.path, self.options, column_families=families)
         self.db.set_write_options(self.write_options)
-        self.column_families = {DEFAULT_CF: self.db}
+        self.column_families = {}
         self.handles = {}
+        self._handle_names = {}
+        self._bind(DEFAULT_CF)
         for name in families:
             self._bind(name)
 
     def _bind(self, name: str) -> Any:
-        family = self.db.get_column_family(name)
-        family.set_write_options(self.write_options)
+        if name == DEFAULT_CF:
+            family = self.db
+        else:
+            family = self.db.get_column_family(name)
+            family.set_write_options(self.write_options)
+        handle = self.handles[name] = self.db.get_column_family_handle(name)
+        self._handle_names[id(handle)] = name
+        if self.changes is not None:
+            family = RecordingFamily(family, name, self._current_log)
         self.column_families[name] = family
-        self.handles[name] = self.db.get_column_family_handle(name)
         return family
 
+    def raw_handle(self, name: str) -> Any:
+        return self.handles[name]
+
     def _clear_default(self) -> None:
-        keys = list(self.db.keys())
-        for key in keys:
-            self.db.delete(key)
+        default = self.column_families[DEFAULT_CF]
+        for key in list(self.db.keys()):
+            default.delete(key)
 
     def _write_owner_file(self) -> None:
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "since_ms": time.time_ns() // 1_000_000}
@@ -117,6 +157,7 @@ class RocksDatabase:
             self.db = None
             self.column_families = {}
             self.handles = {}
+            self._handle_names = {}
             try:
                 os.remove(os.path.join(self.path, OWNER_FILE))
             except OSError:
@@ -141,7 +182,8 @@ class RocksDatabase:
 
     def drop_column_family(self, name: str) -> None:
         self.column_families.pop(name, None)
-        self.handles.pop(name, None)
+        handle = self.handles.pop(name, None)
+        self._handle_names.pop(id(handle), None)
         try:
             self.db.drop_column_family(name)
         except Exception as error:
@@ -151,13 +193,31 @@ class RocksDatabase:
         return sorted(name for name in self.column_families if name.startswith(prefix))
 
     def write(self, batch: Any) -> None:
+        recorded = batch.log if isinstance(batch, RecordingBatch) else None
         try:
-            self.db.write(batch, self.write_options)
+            self.db.write(batch.batch if recorded is not None else batch, self.write_options)
         except Exception as error:
             raise translate(error, "write a batch", self.path) from error
+        if recorded is not None and self.changes is not None:
+            self.changes.extend(recorded)
 
-    def new_batch(self) -> Any:
-        return rocksdict.WriteBatch(raw_mode=True)
+    def new_batch(self, record: bool = True) -> Any:
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        if record and self.changes is not None:
+            return RecordingBatch(batch, self._handle_names)
+        return batch
+
+    def is_empty(self) -> bool:
+        """Whether no state or raw column family holds a key (one seek each; the default family's metadata does not
+        count)."""
+        for name, family in self.column_families.items():
+            if name == DEFAULT_CF:
+                continue
+            iterator = family.iter()
+            iterator.seek_to_first()
+            if iterator.valid():
+                return False
+        return True
 
     def checkpoint(self, target: str) -> None:
         """A consistent copy of the database in ``target`` (hard links for SST files).

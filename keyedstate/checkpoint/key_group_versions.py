@@ -1,0 +1,258 @@
+"""Durable versions of one key group's RocksDB state: a base snapshot plus the changelogs written since.
+
+A version is described by a small :class:`VersionRecord` that the caller keeps in its commit record (the Spark
+state row): the tag of the version, the base snapshot's manifest file and the changelog files since, each with
+size and sha256. Restoring a version = the base's files + every changelog replayed in order; every file is
+verified against the checksum its referrer recorded, so a damaged file fails with an error naming it.
+
+Layout under the storage root, one directory per key group (``kg-00007``)::
+
+    kg-00007/sst/<sha256>.sst           SST files, content-addressed: a new base uploads only SSTs not stored yet
+    kg-00007/b<batch>-<tag>.json        a base snapshot's manifest (SnapshotManifest JSON)
+    kg-00007/b<batch>-<tag>/<name>      the base's small per-snapshot files (RocksDB MANIFEST, OPTIONS, CURRENT)
+    kg-00007/c<batch>-<tag>.log         the changelog of one call (keyedstate.state.rocksdb.changelog)
+
+Names carry the writer's unique tag, so a retried or duplicate attempt of a batch never overwrites a file another
+attempt's record may name. Nothing is renamed: a file is complete once the record that names it is committed,
+which suits object stores (no atomic rename) as well as file systems.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+import msgpack
+
+from keyedstate.checkpoint.manifest import FileEntry, SnapshotManifest
+from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.errors import SnapshotCorruptedError, SnapshotError
+from keyedstate.keygroups import KeyGroupRange
+from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.rocksdb.changelog import ChangeLog
+from keyedstate.state.rocksdb.snapshot import sha256_file
+
+__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions"]
+
+logger = logging.getLogger("keyedstate.checkpoint.versions")
+
+_RECORD_VERSION = 1
+_FILE_NAME = re.compile(r"^([bc])(\d+)-([0-9a-f]+)(\.json|\.log)?$")
+# A file younger than this is never collected as unreferenced: a concurrent attempt may be about to name it.
+_UNREFERENCED_GRACE_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class SnapshotPolicy:
+    """When a key group writes a new base snapshot instead of one more changelog.
+
+    A new base is written when the changelogs since the base would exceed ``max_changelogs`` files, or more bytes
+    than ``changelog_to_base_ratio`` times the base (at least ``min_changelog_bytes``): restore time stays bounded
+    by about twice the base, and a base's upload is amortized over many calls.
+    """
+
+    max_changelogs: int = 64
+    changelog_to_base_ratio: float = 1.0
+    min_changelog_bytes: int = 256 * 1024
+
+    def wants_base(self, record: Optional["VersionRecord"], new_changes_bytes: int) -> bool:
+        if record is None or record.base is None:
+            pending = (record.changelog_bytes if record else 0) + new_changes_bytes
+            count = (len(record.changelogs) if record else 0) + 1
+            return count > self.max_changelogs or pending > self.min_changelog_bytes
+        pending = record.changelog_bytes + new_changes_bytes
+        bound = max(self.min_changelog_bytes, int(record.base_bytes * self.changelog_to_base_ratio))
+        return len(record.changelogs) + 1 > self.max_changelogs or pending > bound
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One committed version of a key group's state (kept in the commit record, a few hundred bytes)."""
+
+    tag: str
+    base: Optional[FileEntry]
+    base_batch: Optional[int]
+    base_bytes: int
+    changelogs: tuple[FileEntry, ...] = ()
+    retired: tuple[tuple[int, int], ...] = field(default=())
+    """Earlier bases ``(base batch, batch that replaced it)`` that retained older records may still name."""
+    location: str = ""
+    """The storage root the file paths are relative to (lets a reader find the files from the record alone)."""
+
+    @property
+    def changelog_bytes(self) -> int:
+        return sum(entry.size for entry in self.changelogs)
+
+    def to_bytes(self) -> bytes:
+        return msgpack.packb([
+            _RECORD_VERSION, self.tag, self.base.to_json() if self.base else None, self.base_batch, self.base_bytes,
+            [entry.to_json() for entry in self.changelogs], [list(pair) for pair in self.retired], self.location,
+        ], use_bin_type=True)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "VersionRecord":
+        try:
+            version, tag, base, base_batch, base_bytes, changelogs, retired, location = msgpack.unpackb(data, raw=False)
+            if version != _RECORD_VERSION:
+                raise ValueError(f"record version {version} is not {_RECORD_VERSION}")
+            return cls(str(tag), FileEntry.from_json(base) if base else None, base_batch, int(base_bytes),
+                       tuple(FileEntry.from_json(entry) for entry in changelogs),
+                       tuple((int(a), int(b)) for a, b in retired), str(location))
+        except Exception as error:
+            raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
+
+
+class _Where:
+    """Names the key group and batch in CheckpointStorage's verification errors."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def describe(self) -> str:
+        return self.text
+
+
+class KeyGroupVersions:
+    """Reads and writes the durable versions of one key group in ``storage``."""
+
+    def __init__(self, storage: CheckpointStorage, key_group: int, num_key_groups: int) -> None:
+        self.storage = storage
+        self.key_group = key_group
+        self.num_key_groups = num_key_groups
+        self.directory = f"kg-{key_group:05d}"
+
+    # ---- restore -------------------------------------------------------------------------------------------------
+
+    def restore(self, record: VersionRecord, local_path: str) -> list[ChangeLog]:
+        """Download the base of ``record`` into the empty directory ``local_path``; return the changelogs to replay
+        after opening it (in order). Every file is verified before it is used."""
+        shutil.rmtree(local_path, ignore_errors=True)
+        os.makedirs(local_path)
+        if record.base is not None:
+            manifest = self.read_manifest(record.base, record.base_batch)
+            where = _Where(f"key group {self.key_group} base snapshot of batch {record.base_batch}")
+            for entry in manifest.files:
+                self.storage.download_verified(entry, where, os.path.join(local_path, entry.name))
+        return [self._read_changelog(entry) for entry in record.changelogs]
+
+    def read_manifest(self, entry: FileEntry, batch: Optional[int]) -> SnapshotManifest:
+        where = _Where(f"key group {self.key_group} base snapshot of batch {batch}")
+        data = self.storage.read_verified(entry, where)
+        return SnapshotManifest.from_bytes(data, f"{entry.path} in {self.storage.location}")
+
+    def _read_changelog(self, entry: FileEntry) -> ChangeLog:
+        where = _Where(f"key group {self.key_group} changelog {entry.name}")
+        data = self.storage.read_verified(entry, where)
+        return ChangeLog.decode(data, f"{entry.path} in {self.storage.location}")
+
+    # ---- writing -------------------------------------------------------------------------------------------------
+
+    def write_changelog(self, record: Optional[VersionRecord], changes: ChangeLog, batch: int, tag: str) -> VersionRecord:
+        name = f"c{batch:012d}-{tag}.log"
+        entry = self.storage.write_bytes(f"{self.directory}/{name}", changes.encode(), name)
+        if record is None:
+            return VersionRecord(tag, None, None, 0, (entry,), location=self.storage.location)
+        return replace(record, tag=tag, changelogs=record.changelogs + (entry,))
+
+    def write_base(self, record: Optional[VersionRecord], checkpoint_dir: str, batch: int, tag: str,
+                   states: list[StateMetadata], raw_columns: list[str], retain_batches: int) -> tuple[VersionRecord, int]:
+        """Store the RocksDB checkpoint in ``checkpoint_dir`` as the new base; returns the new record and the bytes
+        uploaded (SSTs the previous base already stored are referenced, not uploaded)."""
+        stored = self._stored_ssts(record)
+        files: list[FileEntry] = []
+        uploaded = 0
+        for name in sorted(os.listdir(checkpoint_dir)):
+            path = os.path.join(checkpoint_dir, name)
+            if name.endswith(".sst"):
+                checksum = sha256_file(path)
+                entry = stored.get(checksum)
+                if entry is None or entry.size != os.path.getsize(path):
+                    entry = self.storage.upload_file(path, f"{self.directory}/sst/{checksum}.sst", name, shared=True,
+                                                     checksum=checksum)
+                    uploaded += entry.size
+                else:
+                    entry = replace(entry, name=name)
+            else:
+                entry = self.storage.upload_file(path, f"{self.directory}/b{batch:012d}-{tag}/{name}", name)
+                uploaded += entry.size
+            files.append(entry)
+        manifest = SnapshotManifest(
+            checkpoint_id=batch, scope=self.directory, backend_kind="rocksdb",
+            key_group_range=KeyGroupRange(self.key_group, self.key_group), max_parallelism=self.num_key_groups,
+            states=sorted(states, key=lambda s: s.name), raw_columns=sorted(raw_columns), files=files,
+            uploaded_bytes=uploaded, total_bytes=sum(e.size for e in files), created_at_ms=time.time_ns() // 1_000_000,
+        )
+        name = f"b{batch:012d}-{tag}.json"
+        base = self.storage.write_bytes(f"{self.directory}/{name}", manifest.to_bytes(), name)
+        uploaded += base.size
+        retired: tuple[tuple[int, int], ...] = ()
+        if record is not None and record.base_batch is not None:
+            retired = tuple(pair for pair in record.retired + ((record.base_batch, batch),)
+                            if pair[1] > batch - retain_batches)
+        new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location)
+        self.collect_garbage(new)
+        return new, uploaded
+
+    def _stored_ssts(self, record: Optional[VersionRecord]) -> dict[str, FileEntry]:
+        if record is None or record.base is None:
+            return {}
+        try:
+            manifest = self.read_manifest(record.base, record.base_batch)
+        except SnapshotError as error:  # only loses the reuse of stored files, never correctness
+            logger.warning("key group %d: uploading every SST again: %s", self.key_group, error)
+            return {}
+        return {entry.checksum: entry for entry in manifest.files if entry.shared}
+
+    # ---- garbage collection --------------------------------------------------------------------------------------
+
+    def collect_garbage(self, record: VersionRecord) -> list[str]:
+        """Delete what no record that may still be read names: bases, their files and changelogs older than the
+        oldest base ``record`` keeps (its own and the retired ones), and SSTs that no remaining base names."""
+        keep_from = min([record.base_batch or 0] + [batch for batch, _ in record.retired])
+        names = self.storage.list_entries(self.directory)
+        doomed: list[str] = []
+        remaining_manifests: list[str] = []
+        for name, is_dir, _ in names:
+            match = _FILE_NAME.match(name)
+            if match is None:
+                continue
+            if int(match.group(2)) < keep_from:
+                doomed.append(name)
+            elif match.group(1) == "b" and match.group(4) == ".json":
+                remaining_manifests.append(name)
+        referenced: set[str] = set()
+        for name in remaining_manifests:
+            paths = self._manifest_paths(name)
+            if paths is None:
+                return []  # an unreadable base could name any SST: delete nothing this time
+            referenced |= paths
+        released: set[str] = set()
+        for name in doomed:
+            if name.endswith(".json"):
+                released |= self._manifest_paths(name) or set()
+        deleted = []
+        for name in doomed:
+            deleted += self.storage.delete_tree(f"{self.directory}/{name}")
+        now = time.time()
+        for name, _, mtime in self.storage.list_entries(f"{self.directory}/sst"):
+            path = f"{self.directory}/sst/{name}"
+            if path in referenced:
+                continue
+            # An SST only a deleted base named goes now; one no base names yet may belong to a base being written.
+            if path in released or (mtime is not None and now - mtime > _UNREFERENCED_GRACE_SECONDS):
+                deleted += self.storage.delete_tree(path)
+        if deleted:
+            logger.debug("key group %d: deleted %d state files no retained version names", self.key_group, len(deleted))
+        return deleted
+
+    def _manifest_paths(self, name: str) -> Optional[set[str]]:
+        try:
+            data = self.storage.read_bytes(f"{self.directory}/{name}")
+            return {entry.path for entry in SnapshotManifest.from_bytes(data, name).files}
+        except SnapshotError:
+            return None

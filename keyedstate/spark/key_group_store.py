@@ -1,0 +1,58 @@
+"""The one save/restore step of a key group on Spark, and what both state modes share.
+
+A key-group call of the group function runs: ``store.load`` (state and timers of the group ready in
+``store.backend``) -> timers and elements -> ``store.save`` (writes the group's Spark state row, the commit record)
+-> Spark's timeout is set -> ``store.finish`` (always, also after a failure). Two stores implement it:
+
+* :class:`keyedstate.spark.row_mode.RowKeyGroupStore` (``state_backend="heap"``): the row carries the whole state.
+* :class:`keyedstate.spark.rocksdb_mode.RocksDBKeyGroupStore` (``state_backend="rocksdb"``): the state lives in a
+  local RocksDB per key group; the row carries a small version record naming durable files.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, Optional
+
+from keyedstate.errors import ConfigurationError
+from keyedstate.spark.row_format import StateRow
+
+__all__ = ["KeyGroupStore", "HEAP", "ROCKSDB", "STATE_BACKENDS", "check_recorded_key_groups"]
+
+HEAP = "heap"
+ROCKSDB = "rocksdb"
+STATE_BACKENDS = (HEAP, ROCKSDB)
+
+
+class KeyGroupStore(ABC):
+    """Loads a key group's state into :attr:`backend` and saves it into the group's Spark state row."""
+
+    backend: Any
+    writes_timer_blob: bool
+    """Whether the row carries the timers (row mode) or the backend stores them (RocksDB mode)."""
+
+    @abstractmethod
+    def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
+        """Make the state and timers of ``key_group`` as of the group's committed row current."""
+
+    @abstractmethod
+    def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
+             has_timers: bool) -> tuple[bool, int]:
+        """Write the row (or remove it when the group holds nothing); returns (row kept, bytes written durably)."""
+
+    @abstractmethod
+    def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
+        """End of the call, after Spark's timeout was set: release what the call held."""
+
+    @abstractmethod
+    def keys_with_state(self) -> int:
+        """Keys holding state in the current key group (for metrics; RocksDB mode: RocksDB's estimate)."""
+
+
+def check_recorded_key_groups(row: StateRow, num_key_groups: int) -> None:
+    if row.key_groups != num_key_groups:
+        raise ConfigurationError(
+            f"the query's checkpoint was written with num_key_groups={row.key_groups} but keyed_process now runs "
+            f"with num_key_groups={num_key_groups}; the number of key groups cannot change while the "
+            f"checkpoint lives. Restart with num_key_groups={row.key_groups}, or use a new checkpoint location"
+        )

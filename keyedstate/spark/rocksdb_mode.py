@@ -1,0 +1,204 @@
+"""RocksDB mode (``state_backend="rocksdb"``): a key group's state and timers live in a local RocksDB database on
+the executor; a call writes durably only what it changed.
+
+The commit protocol. Python gets no end-of-task hook, so the key group's Spark state row stays the commit record.
+It carries a :class:`~keyedstate.checkpoint.key_group_versions.VersionRecord`: the version's tag (unique per
+call), the base snapshot it builds on and the changelogs since, in durable storage (``state_storage``). A call:
+
+1. reads the row. The local database (``<local dir>/<query id>/<uid>/kg-NNNNN``) is used as it is only when its
+   ``TAG`` file equals the row's tag; otherwise it is rebuilt: base downloaded and verified, changelogs replayed.
+   The ``TAG`` file is removed before the database is opened, so a call that dies half-way leaves no tag.
+2. runs timers and elements on the database, recording every write.
+3. stores the writes as one changelog file, or, when the changelogs since the base grow past the
+   :class:`~keyedstate.checkpoint.key_group_versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
+   are uploaded), and writes the row naming the new version.
+4. closes (flushes) the database and writes the new ``TAG``.
+
+So correctness never depends on the local database: a retried or duplicate task attempt, the data run and the
+timed-out run of one task in different worker processes, a lost executor or a restarted query all find either a
+local database with the committed tag or rebuild the committed version from storage. One database is open per
+worker process at a time, so RocksDB's memory (block cache, write buffers) is bounded per worker process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import uuid
+from typing import Any, Optional
+
+from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
+from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.errors import ConfigurationError
+from keyedstate.spark.compat import current_query_id
+from keyedstate.spark.key_group_store import KeyGroupStore, check_recorded_key_groups
+from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, STATE_ROW_FORMAT_ROCKSDB, StateRow
+from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
+from keyedstate.state.rocksdb.options import RocksDBOptions
+
+__all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage", "TAG_FILE"]
+
+logger = logging.getLogger("keyedstate.spark.rocksdb")
+
+TAG_FILE = "KEYEDSTATE-TAG"
+_NO_QUERY = "no-query"  # outside a streaming query (a unit test calling the group function directly)
+
+
+def default_local_dir() -> str:
+    """Where executors keep their local databases: ``$KEYEDSTATE_LOCAL_DIR``, else the first of Spark's local
+    directories (``SPARK_LOCAL_DIRS``), else the system temporary directory; ``keyedstate-rocksdb`` below it."""
+    explicit = os.environ.get("KEYEDSTATE_LOCAL_DIR")
+    if explicit:
+        return explicit
+    spark_dirs = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
+    return os.path.join(spark_dirs or tempfile.gettempdir(), "keyedstate-rocksdb")
+
+
+def default_state_storage() -> str:
+    """The durable storage used when ``state_storage`` is not given (single machine only):
+    ``$KEYEDSTATE_STATE_STORAGE``, else ``~/.keyedstate/state-storage``."""
+    return os.environ.get("KEYEDSTATE_STATE_STORAGE") or os.path.join(
+        os.path.expanduser("~"), ".keyedstate", "state-storage")
+
+
+def _read_tag(path: str) -> Optional[str]:
+    try:
+        with open(os.path.join(path, TAG_FILE), encoding="ascii") as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
+def _write_tag(path: str, tag: str) -> None:
+    temporary = os.path.join(path, f".{TAG_FILE}.{uuid.uuid4().hex[:8]}")
+    with open(temporary, "w", encoding="ascii") as file:
+        file.write(tag)
+    os.replace(temporary, os.path.join(path, TAG_FILE))
+
+
+def _remove_tag(path: str) -> None:
+    try:
+        os.remove(os.path.join(path, TAG_FILE))
+    except FileNotFoundError:
+        pass
+
+
+class RocksDBKeyGroupStore(KeyGroupStore):
+    """One per worker process and query definition; points its backend at one key group's database per call."""
+
+    writes_timer_blob = False
+
+    def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str, local_dir: Optional[str],
+                 uid: str, options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,
+                 retain_batches: int = 100) -> None:
+        self.num_key_groups = num_key_groups
+        self.state_storage = state_storage
+        self.local_dir = local_dir or default_local_dir()
+        self.uid = uid
+        self.policy = policy or SnapshotPolicy()
+        self.retain_batches = retain_batches
+        self._storages: dict[str, CheckpointStorage] = {}
+        # The backend needs an open database before any key group is opened (the function's open() registers its
+        # states): an empty one of this worker process, never written to afterwards.
+        idle = os.path.join(self.local_dir, "idle", str(os.getpid()))
+        shutil.rmtree(idle, ignore_errors=True)
+        self.backend = KeyGroupRocksDBBackend(
+            idle, max_parallelism=num_key_groups, ttl_clock=ttl_clock,
+            options=options or RocksDBOptions(reuse_existing=True, lock_timeout_seconds=300.0),
+        )
+        self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
+        self._saved_tag: Optional[str] = None
+
+    def _storage(self, query_id: str) -> CheckpointStorage:
+        storage = self._storages.get(query_id)
+        if storage is None:
+            location = f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
+            storage = self._storages[query_id] = CheckpointStorage(location)
+        return storage
+
+    def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
+        query_id = current_query_id() or _NO_QUERY
+        path = os.path.join(self.local_dir, query_id, self.uid, f"kg-{key_group:05d}")
+        record = self._committed_record(group_state)
+        versions = KeyGroupVersions(self._storage(query_id), key_group, self.num_key_groups)
+        changelogs = []
+        if record is None:
+            shutil.rmtree(path, ignore_errors=True)
+        elif _read_tag(path) != record.tag:
+            logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
+                        key_group, batch_id, versions.storage.location, record.base_batch, len(record.changelogs))
+            changelogs = versions.restore(record, path)
+        os.makedirs(path, exist_ok=True)
+        _remove_tag(path)  # from here until finish() the database may differ from every committed version
+        self._call = (path, record, versions)
+        self._saved_tag = None
+        self.backend.open_key_group(path)
+        for changelog in changelogs:
+            self.backend.replay(changelog)
+        timer_service.reload_key_group(key_group)
+
+    def _committed_record(self, group_state: Any) -> Optional[VersionRecord]:
+        if not group_state.exists:
+            return None
+        row = StateRow.from_row(group_state.get)
+        check_recorded_key_groups(row, self.num_key_groups)
+        if row.format == STATE_ROW_FORMAT_FULL:
+            raise ConfigurationError(
+                "the query's checkpoint was written with state_backend='heap' but keyed_process now runs with "
+                "state_backend='rocksdb'; the state backend cannot change while the checkpoint lives. Restart with "
+                "state_backend='heap', or use a new checkpoint location"
+            )
+        if row.format != STATE_ROW_FORMAT_ROCKSDB:
+            raise ConfigurationError(
+                f"the state row has format {row.format}, which this keyedstate version cannot read; upgrade keyedstate"
+            )
+        return VersionRecord.from_bytes(row.state)
+
+    def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
+             has_timers: bool) -> tuple[bool, int]:
+        assert self._call is not None
+        path, record, versions = self._call
+        changes = self.backend.take_changes()
+        batch = batch_id if batch_id is not None else 0
+        written = 0
+        if record is None and not changes:
+            group_state.remove()  # nothing was ever stored for this group
+            return False, 0
+        if not changes:
+            new = record
+        else:
+            tag = uuid.uuid4().hex[:16]
+            encoded_size = changes.byte_size
+            if self.policy.wants_base(record, encoded_size):
+                checkpoint = f"{path}.base-{tag}"
+                try:
+                    self.backend.checkpoint(checkpoint)
+                    new, written = versions.write_base(
+                        record, checkpoint, batch, tag, self.backend.state_metadata(),
+                        self.backend.raw_column_names(), self.retain_batches)
+                finally:
+                    shutil.rmtree(checkpoint, ignore_errors=True)
+            else:
+                new = versions.write_changelog(record, changes, batch, tag)
+                written = new.changelogs[-1].size
+        assert new is not None
+        group_state.update(StateRow(STATE_ROW_FORMAT_ROCKSDB, self.num_key_groups, new.to_bytes(), b"",
+                                    new.base_batch, new.tag).to_tuple())
+        self._saved_tag = new.tag
+        return True, written
+
+    def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
+        call, self._call = self._call, None
+        timer_service.forget_key_group(key_group)
+        if call is None:
+            return
+        self.backend.close_key_group()  # flushes: only then does the directory hold what the tag will claim
+        if succeeded and self._saved_tag is not None:
+            _write_tag(call[0], self._saved_tag)
+        elif succeeded:
+            shutil.rmtree(call[0], ignore_errors=True)  # the group holds nothing and has no row
+
+    def keys_with_state(self) -> int:
+        return self.backend.estimate_keys_with_state()

@@ -1,0 +1,76 @@
+"""Row mode (``state_backend="heap"``): a key group's whole state and timers live in its Spark state row.
+
+The row is decoded into a heap backend at the start of every call and encoded again at its end, so a call costs
+time proportional to the group's whole state; Spark's state store snapshots the row per micro-batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from keyedstate.errors import ConfigurationError
+from keyedstate.spark.key_group_store import KeyGroupStore, check_recorded_key_groups
+from keyedstate.spark.row_format import (
+    STATE_ROW_FORMAT_FULL,
+    STATE_ROW_FORMAT_ROCKSDB,
+    StateRow,
+    decode_state_payload,
+    encode_state_payload,
+)
+from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.heap import HeapKeyedStateBackend
+
+__all__ = ["RowKeyGroupStore"]
+
+
+class RowKeyGroupStore(KeyGroupStore):
+    """One heap backend reused for every key group the worker runs (reset between groups)."""
+
+    writes_timer_blob = True
+
+    def __init__(self, num_key_groups: int, ttl_clock: Any) -> None:
+        self.num_key_groups = num_key_groups
+        # Values are serialized when the row is written at the end of the call, which fails the whole (atomic)
+        # batch on an unserializable value; validating every write as well would only slow the hot path.
+        self.backend = HeapKeyedStateBackend(max_parallelism=num_key_groups, ttl_clock=ttl_clock,
+                                             validate_writes=False)
+
+    def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
+        if not group_state.exists:
+            return
+        row = StateRow.from_row(group_state.get)
+        check_recorded_key_groups(row, self.num_key_groups)
+        if row.format == STATE_ROW_FORMAT_ROCKSDB:
+            raise ConfigurationError(
+                "the query's checkpoint was written with state_backend='rocksdb' but keyed_process now runs with "
+                "state_backend='heap'; the state backend cannot change while the checkpoint lives. Restart with "
+                "state_backend='rocksdb', or use a new checkpoint location"
+            )
+        if row.format != STATE_ROW_FORMAT_FULL:
+            raise ConfigurationError(
+                f"the state row has format {row.format}, which this keyedstate version cannot read (it reads "
+                f"{STATE_ROW_FORMAT_FULL} and {STATE_ROW_FORMAT_ROCKSDB}); upgrade keyedstate"
+            )
+        for metadata, records in decode_state_payload(row.state):
+            self.backend.load_stored_records(StateMetadata.from_json(metadata), records)
+        if row.timers:
+            timer_service.import_key_group(row.timers, key_group)
+
+    def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
+             has_timers: bool) -> tuple[bool, int]:
+        records = self.backend.export_records()
+        if not records and not has_timers:
+            # No timeout is set in this call, so Spark deletes the row (see spark-platform.md).
+            group_state.remove()
+            return False, 0
+        payload = encode_state_payload([(metadata.to_json(), recs) for metadata, recs in records])
+        timer_blob = timer_service.export_key_group(key_group) if has_timers else b""
+        group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.num_key_groups, payload, timer_blob).to_tuple())
+        return True, len(payload) + len(timer_blob)
+
+    def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
+        self.backend.reset()
+        timer_service.clear_key_group(key_group)
+
+    def keys_with_state(self) -> int:
+        return self.backend.count_keys_with_state()

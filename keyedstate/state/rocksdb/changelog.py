@@ -1,0 +1,161 @@
+"""What one unit of work wrote to a RocksDB database, recorded as it is written, so it can be stored as a small
+changelog and replayed on top of an older snapshot.
+
+Every write of the backend goes through a column family object or a write batch that :class:`RocksDatabase`
+hands out; while recording, those are :class:`RecordingFamily` / :class:`RecordingBatch`, which write to RocksDB
+and append the same operation to a :class:`ChangeLog`. Replaying the log in order on a database that held the
+state before the writes gives the state after them: puts, point deletes and range deletes are all idempotent
+per key, and the order is kept.
+
+Encoding (versioned, msgpack): ``[1, [family names], [op, family index, key, value-or-end, ...]]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Optional
+
+import msgpack
+
+from keyedstate.errors import SnapshotCorruptedError
+
+__all__ = ["ChangeLog", "RecordingFamily", "RecordingBatch", "PUT", "DELETE", "DELETE_RANGE"]
+
+_VERSION = 1
+PUT, DELETE, DELETE_RANGE = 0, 1, 2
+
+
+class ChangeLog:
+    """Operations in the order they reached RocksDB: ``(op, family name, key, value or range end or None)``."""
+
+    __slots__ = ("ops", "byte_size")
+
+    def __init__(self) -> None:
+        self.ops: list[tuple[int, str, bytes, Optional[bytes]]] = []
+        self.byte_size = 0
+
+    def __len__(self) -> int:
+        return len(self.ops)
+
+    def __bool__(self) -> bool:
+        return bool(self.ops)
+
+    def add(self, op: int, family: str, key: bytes, value: Optional[bytes]) -> None:
+        self.ops.append((op, family, key, value))
+        self.byte_size += len(key) + (len(value) if value is not None else 0)
+
+    def extend(self, other: "ChangeLog") -> None:
+        self.ops.extend(other.ops)
+        self.byte_size += other.byte_size
+
+    def encode(self) -> bytes:
+        families: dict[str, int] = {}
+        flat: list[Any] = []
+        for op, family, key, value in self.ops:
+            index = families.get(family)
+            if index is None:
+                index = families[family] = len(families)
+            flat += (op, index, key, value)
+        return msgpack.packb([_VERSION, list(families), flat], use_bin_type=True)
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> "ChangeLog":
+        """Parse an encoded log; ``where`` names it in the error when it is damaged."""
+        try:
+            version, families, flat = msgpack.unpackb(data, raw=False)
+            if version != _VERSION:
+                raise ValueError(f"changelog version {version} is not {_VERSION}")
+            log = cls()
+            for position in range(0, len(flat), 4):
+                op, index, key, value = flat[position:position + 4]
+                if op not in (PUT, DELETE, DELETE_RANGE):
+                    raise ValueError(f"unknown operation {op!r}")
+                log.add(op, families[index], key, value)
+            return log
+        except Exception as error:  # msgpack raises several unrelated types for garbage
+            raise SnapshotCorruptedError(f"the state changelog {where} cannot be decoded ({error})") from error
+
+    def apply(self, database: Any) -> None:
+        """Write every operation to ``database`` (a :class:`~keyedstate.state.rocksdb.db.RocksDatabase`), in order,
+        in write batches; missing column families are created."""
+        batch = database.new_batch(record=False)
+        handles: dict[str, Any] = {}
+        for op, family, key, value in self.ops:
+            handle = handles.get(family)
+            if handle is None:
+                database.column_family(family)
+                handle = handles[family] = database.raw_handle(family)
+            if op == PUT:
+                batch.put(key, value, handle)
+            elif op == DELETE:
+                batch.delete(key, handle)
+            else:
+                batch.delete_range(key, value, handle)
+            if len(batch) >= 10_000:
+                database.write(batch)
+                batch = database.new_batch(record=False)
+        if len(batch):
+            database.write(batch)
+
+
+class RecordingFamily:
+    """A rocksdict column family whose writes are also appended to a :class:`ChangeLog`.
+
+    Reads are the column family's own bound methods (no wrapper call on the read path).
+    """
+
+    def __init__(self, family: Any, name: str, log_of: Any) -> None:
+        self._family = family
+        self._name = name
+        self._log_of = log_of  # a callable: the database's current log (None while not recording)
+        self.get = family.get
+        self.items = family.items
+        self.keys = family.keys
+        self.iter = family.iter
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self._family.put(key, value)
+        log = self._log_of()
+        if log is not None:
+            log.add(PUT, self._name, key, value)
+
+    def delete(self, key: bytes) -> None:
+        self._family.delete(key)
+        log = self._log_of()
+        if log is not None:
+            log.add(DELETE, self._name, key, None)
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        self._family.delete_range(start, end)
+        log = self._log_of()
+        if log is not None:
+            log.add(DELETE_RANGE, self._name, start, end)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._family, name)
+
+
+class RecordingBatch:
+    """A write batch that remembers its operations; the database adds them to its log when the batch is written."""
+
+    def __init__(self, batch: Any, family_names: dict[int, str]) -> None:
+        self.batch = batch
+        self.log = ChangeLog()
+        self._names = family_names  # id(handle) -> column family name
+
+    def put(self, key: bytes, value: bytes, handle: Any) -> None:
+        self.batch.put(key, value, handle)
+        self.log.add(PUT, self._names[id(handle)], key, value)
+
+    def delete(self, key: bytes, handle: Any) -> None:
+        self.batch.delete(key, handle)
+        self.log.add(DELETE, self._names[id(handle)], key, None)
+
+    def delete_range(self, start: bytes, end: bytes, handle: Any) -> None:
+        self.batch.delete_range(start, end, handle)
+        self.log.add(DELETE_RANGE, self._names[id(handle)], start, end)
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.log.ops)

@@ -1,0 +1,146 @@
+"""RocksDB mode on Spark: state survives losing every executor-local database, damaged files are detected, and
+durable storage holds base snapshots, changelogs and nothing a retained version no longer names."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
+from keyedstate.checkpoint.key_group_versions import SnapshotPolicy
+from keyedstate.spark import read_keyed_state
+from tests.spark.file_stream import start_query, write_input
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+T0 = 1_704_067_200_000
+SCHEMA = "user STRING, payload STRING, ts TIMESTAMP"
+OUTPUT = "user STRING, count BIGINT, payloads STRING"
+# Two changelogs per base: every few batches a key group writes a new base, so runs exercise both.
+SMALL_POLICY = SnapshotPolicy(max_changelogs=2, min_changelog_bytes=1)
+
+
+class CountListAndQuiet(KeyedProcessFunction):
+    """Value, list and map state per key and a timer a minute after the key's last element."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+        self.payloads = runtime_context.get_list_state(ListStateDescriptor("payloads", Types.STRING()))
+        self.kinds = runtime_context.get_map_state(MapStateDescriptor("kinds", Types.STRING(), Types.LONG()))
+        self.last = runtime_context.get_state(ValueStateDescriptor("last", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        self.count.update((self.count.value() or 0) + 1)
+        self.payloads.add(value["payload"])
+        self.kinds.put(value["payload"][0], (self.kinds.get(value["payload"][0]) or 0) + 1)
+        self.last.update(ctx.timestamp())
+        ctx.timer_service().register_event_time_timer(ctx.timestamp() + 60_000)
+        return ()
+
+    def on_timer(self, timestamp, ctx):
+        if timestamp == self.last.value() + 60_000:
+            yield ctx.get_current_key(), self.count.value(), "|".join(self.payloads.get())
+            self.count.clear()
+            self.payloads.clear()
+
+
+def iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def batch_rows(index: int) -> list[dict]:
+    # four of thirteen users per batch: most keys stay quiet long enough for their timers to fire
+    return [{"user": f"u{(index * 3 + i % 4) % 13}", "payload": f"{'abc'[i % 3]}{index}-{i}",
+             "ts": iso(T0 + index * 25_000 + i * 300)} for i in range(12)]
+
+
+def run_batches(spark, base: Path, batches: range, between=None, **backend) -> None:
+    (base / "in").mkdir(parents=True, exist_ok=True)
+    query = start_query(spark, base, CountListAndQuiet(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        sink_path=base / "out", **backend)
+    try:
+        for index in batches:
+            write_input(base / "in", index, batch_rows(index))
+            query.processAllAvailable()
+            if between is not None:
+                between()
+    finally:
+        query.stop()
+
+
+def output_of(spark, base: Path) -> list[tuple]:
+    return sorted(tuple(row) for row in spark.read.schema(OUTPUT).json(str(base / "out")).collect())
+
+
+def rocksdb_backend(base: Path, policy: SnapshotPolicy = SMALL_POLICY) -> dict:
+    return {"state_backend": "rocksdb", "state_storage": str(base / "state-storage"),
+            "state_local_dir": str(base / "local"), "snapshot_policy": policy}
+
+
+def stored(base: Path, pattern: str) -> list[Path]:
+    return sorted((base / "state-storage").rglob(pattern))
+
+
+@pytest.fixture(scope="module")
+def heap_run(spark, tmp_path_factory):
+    base = tmp_path_factory.mktemp("heap")
+    run_batches(spark, base, range(8), state_backend="heap")
+    return output_of(spark, base), read_keyed_state(spark, str(base / "checkpoint"))
+
+
+def test_losing_every_local_database_between_batches_changes_no_output_and_no_state(spark, tmp_path, heap_run):
+    def lose_local_databases():  # as a new executor would find its disk
+        shutil.rmtree(tmp_path / "local", ignore_errors=True)
+
+    run_batches(spark, tmp_path, range(8), between=lose_local_databases, **rocksdb_backend(tmp_path))
+    expected_output, expected_state = heap_run
+    assert len(expected_output) >= 5 and any(states.get("__timers__") for states in expected_state.values())
+    assert output_of(spark, tmp_path) == expected_output
+    assert read_keyed_state(spark, str(tmp_path / "checkpoint")) == expected_state
+    assert stored(tmp_path, "b*.json") and stored(tmp_path, "c*.log")  # both bases and changelogs were restored
+
+
+def test_local_databases_are_reused_when_their_tag_matches(spark, tmp_path, heap_run):
+    run_batches(spark, tmp_path, range(8), **rocksdb_backend(tmp_path))
+    assert output_of(spark, tmp_path) == heap_run[0]
+    tags = list((tmp_path / "local").rglob("KEYEDSTATE-TAG"))
+    assert tags  # every key group that ran left its database behind for the next batch
+
+
+def flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damaged", ["changelog", "sst"])
+def test_a_flipped_byte_in_a_stored_file_fails_with_an_error_naming_the_file(spark, tmp_path, damaged):
+    policy = SnapshotPolicy(max_changelogs=50, min_changelog_bytes=1)  # a base first, then changelogs
+    run_batches(spark, tmp_path, range(3), **rocksdb_backend(tmp_path, policy))
+    files = stored(tmp_path, "c*.log" if damaged == "changelog" else "*.sst")
+    assert files
+    victim = max(files, key=lambda p: p.stat().st_mtime) if damaged == "changelog" else files[0]
+    flip_a_byte(victim)
+    shutil.rmtree(tmp_path / "local")  # the next batch must restore from storage
+    with pytest.raises(StreamingQueryException) as failure:
+        run_batches(spark, tmp_path, range(3, 6), **rocksdb_backend(tmp_path, policy))
+    message = str(failure.value)
+    assert victim.name in message and "corrupt" in message and "sha256" in message
+
+
+def test_durable_storage_keeps_only_what_retained_versions_name(spark, tmp_path):
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "3")
+    try:
+        run_batches(spark, tmp_path, range(14), **rocksdb_backend(tmp_path, SnapshotPolicy(max_changelogs=1,
+                                                                                             min_changelog_bytes=1)))
+    finally:
+        spark.conf.unset("spark.sql.streaming.minBatchesToRetain")
+    for key_group_dir in {p.parent for p in stored(tmp_path, "b*.json")}:
+        bases = sorted(key_group_dir.glob("b*.json"))
+        # a new base every other call: 14 batches wrote up to 7; the retained window keeps at most 3 of them
+        assert 1 <= len(bases) <= 3, bases
+    assert read_keyed_state(spark, str(tmp_path / "checkpoint"))  # the newest version is complete
