@@ -168,6 +168,8 @@ class KeyGroupVersions:
         uploaded = 0
         for name in sorted(os.listdir(checkpoint_dir)):
             path = os.path.join(checkpoint_dir, name)
+            if name.endswith(".log") and os.path.getsize(path) == 0:
+                continue  # the empty write-ahead log (writes skip it): RocksDB opens without it
             if name.endswith(".sst"):
                 checksum = sha256_file(path)
                 entry = stored.get(checksum)
@@ -192,8 +194,10 @@ class KeyGroupVersions:
         uploaded += base.size
         retired: tuple[tuple[int, int], ...] = ()
         if record is not None and record.base_batch is not None:
+            # Spark keeps the newest retain_batches versions, batch - retain_batches + 1 .. batch; one of them names
+            # a retired base iff it is older than the batch that replaced that base.
             retired = tuple(pair for pair in record.retired + ((record.base_batch, batch),)
-                            if pair[1] > batch - retain_batches)
+                            if pair[1] > batch - retain_batches + 1)
         new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location)
         self.collect_garbage(new)
         return new, uploaded

@@ -11,6 +11,7 @@ from keyedstate.spark.api import (
     main_output,
     side_output,
 )
+from keyedstate.checkpoint.key_group_versions import SnapshotPolicy
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
 from keyedstate.spark.state_reader import read_keyed_state
 
@@ -27,4 +28,5 @@ __all__ = [
     "apply_recommended_conf",
     "recommended_spark_conf",
     "read_keyed_state",
+    "SnapshotPolicy",
 ]

@@ -308,7 +308,8 @@ def keyed_process(
       local databases (default: ``$KEYEDSTATE_LOCAL_DIR``, else Spark's local dir, else the temp dir). ``uid``
       names the operator's state directories (default: the function's class name): give two keyed_process of the
       same function class in one query different uids. ``rocksdb_options`` tunes RocksDB
-      (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` says when a new base snapshot replaces changelogs.
+      (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` (:class:`keyedstate.spark.SnapshotPolicy`) says
+      when a new base snapshot replaces changelogs.
     """
     prepared, grouping, args = apply_in_pandas_with_state_args(
         df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,

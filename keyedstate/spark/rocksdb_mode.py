@@ -27,6 +27,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from dataclasses import replace
 from typing import Any, Optional
 
 from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
@@ -34,15 +35,15 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark.compat import current_query_id
 from keyedstate.spark.key_group_store import KeyGroupStore, check_recorded_key_groups
+from keyedstate.spark.local_databases import LocalDatabases
 from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
-__all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage", "TAG_FILE"]
+__all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
-TAG_FILE = "KEYEDSTATE-TAG"
 _NO_QUERY = "no-query"  # outside a streaming query (a unit test calling the group function directly)
 
 
@@ -63,28 +64,6 @@ def default_state_storage() -> str:
         os.path.expanduser("~"), ".keyedstate", "state-storage")
 
 
-def _read_tag(path: str) -> Optional[str]:
-    try:
-        with open(os.path.join(path, TAG_FILE), encoding="ascii") as file:
-            return file.read().strip() or None
-    except OSError:
-        return None
-
-
-def _write_tag(path: str, tag: str) -> None:
-    temporary = os.path.join(path, f".{TAG_FILE}.{uuid.uuid4().hex[:8]}")
-    with open(temporary, "w", encoding="ascii") as file:
-        file.write(tag)
-    os.replace(temporary, os.path.join(path, TAG_FILE))
-
-
-def _remove_tag(path: str) -> None:
-    try:
-        os.remove(os.path.join(path, TAG_FILE))
-    except FileNotFoundError:
-        pass
-
-
 class RocksDBKeyGroupStore(KeyGroupStore):
     """One per worker process and query definition; points its backend at one key group's database per call."""
 
@@ -95,19 +74,17 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                  retain_batches: int = 100) -> None:
         self.num_key_groups = num_key_groups
         self.state_storage = state_storage
-        self.local_dir = local_dir or default_local_dir()
         self.uid = uid
         self.policy = policy or SnapshotPolicy()
         self.retain_batches = retain_batches
         self._storages: dict[str, CheckpointStorage] = {}
+        options = replace(options or RocksDBOptions(), reuse_existing=True)
+        self.local = LocalDatabases(local_dir or default_local_dir(), lock_timeout_seconds=max(
+            300.0, options.lock_timeout_seconds))
         # The backend needs an open database before any key group is opened (the function's open() registers its
         # states): an empty one of this worker process, never written to afterwards.
-        idle = os.path.join(self.local_dir, "idle", str(os.getpid()))
-        shutil.rmtree(idle, ignore_errors=True)
-        self.backend = KeyGroupRocksDBBackend(
-            idle, max_parallelism=num_key_groups, ttl_clock=ttl_clock,
-            options=options or RocksDBOptions(reuse_existing=True, lock_timeout_seconds=300.0),
-        )
+        self.backend = KeyGroupRocksDBBackend(self.local.idle_path(), max_parallelism=num_key_groups,
+                                              ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
         self._saved_tag: Optional[str] = None
 
@@ -120,18 +97,22 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
         query_id = current_query_id() or _NO_QUERY
-        path = os.path.join(self.local_dir, query_id, self.uid, f"kg-{key_group:05d}")
+        local = self.local
+        local.sweep()
+        path = local.path(query_id, self.uid, key_group)
         record = self._committed_record(group_state)
         versions = KeyGroupVersions(self._storage(query_id), key_group, self.num_key_groups)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        local.acquire(path)  # released in finish(), which the group function always calls
         changelogs = []
         if record is None:
             shutil.rmtree(path, ignore_errors=True)
-        elif _read_tag(path) != record.tag:
+        elif local.read_tag(path) != record.tag:
             logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
                         key_group, batch_id, versions.storage.location, record.base_batch, len(record.changelogs))
             changelogs = versions.restore(record, path)
         os.makedirs(path, exist_ok=True)
-        _remove_tag(path)  # from here until finish() the database may differ from every committed version
+        local.remove_tag(path)  # from here until finish() the database may differ from every committed version
         self._call = (path, record, versions)
         self._saved_tag = None
         self.backend.open_key_group(path)
@@ -192,13 +173,16 @@ class RocksDBKeyGroupStore(KeyGroupStore):
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
         call, self._call = self._call, None
         timer_service.forget_key_group(key_group)
-        if call is None:
-            return
-        self.backend.close_key_group()  # flushes: only then does the directory hold what the tag will claim
-        if succeeded and self._saved_tag is not None:
-            _write_tag(call[0], self._saved_tag)
-        elif succeeded:
-            shutil.rmtree(call[0], ignore_errors=True)  # the group holds nothing and has no row
+        try:
+            if call is None:
+                return
+            self.backend.close_key_group()  # flushes: only then does the directory hold what the tag will claim
+            if succeeded and self._saved_tag is not None:
+                self.local.write_tag(call[0], self._saved_tag)
+            elif succeeded:
+                shutil.rmtree(call[0], ignore_errors=True)  # the group holds nothing and has no row
+        finally:
+            self.local.release()
 
     def keys_with_state(self) -> int:
         return self.backend.estimate_keys_with_state()

@@ -36,7 +36,7 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
         raise ConfigurationError(f"rocksdb_options must be a keyedstate.RocksDBOptions, got "
                                  f"{type(rocksdb_options).__qualname__}")
     if snapshot_policy is not None and not isinstance(snapshot_policy, SnapshotPolicy):
-        raise ConfigurationError(f"snapshot_policy must be a keyedstate.SnapshotPolicy, got "
+        raise ConfigurationError(f"snapshot_policy must be a keyedstate.spark.SnapshotPolicy, got "
                                  f"{type(snapshot_policy).__qualname__}")
     uid = uid if uid is not None else type(function).__qualname__.replace("<", "").replace(">", "")
     if not isinstance(uid, str) or not _UID.match(uid):

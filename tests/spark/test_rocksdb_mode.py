@@ -144,3 +144,33 @@ def test_durable_storage_keeps_only_what_retained_versions_name(spark, tmp_path)
         # a new base every other call: 14 batches wrote up to 7; the retained window keeps at most 3 of them
         assert 1 <= len(bases) <= 3, bases
     assert read_keyed_state(spark, str(tmp_path / "checkpoint"))  # the newest version is complete
+
+
+def test_missing_state_files_fail_naming_the_storage_the_key_group_and_the_batch(spark, tmp_path):
+    run_batches(spark, tmp_path, range(2), **rocksdb_backend(tmp_path))
+    (operator_dir,) = {p.parent for p in (tmp_path / "state-storage").glob("*/*/kg-*")}
+    for key_group_dir in operator_dir.glob("kg-*"):
+        shutil.rmtree(key_group_dir)
+    shutil.rmtree(tmp_path / "local")
+    with pytest.raises(StreamingQueryException) as failure:
+        run_batches(spark, tmp_path, range(2, 3), **rocksdb_backend(tmp_path))
+    message = str(failure.value)
+    assert "missing or unreadable" in message and str(operator_dir) in message
+    assert "keyed_process key group" in message and ", batch 2:" in message
+
+
+def test_storage_that_refuses_writes_fails_the_batch_naming_it_and_nothing_committed_is_lost(spark, tmp_path):
+    run_batches(spark, tmp_path, range(2), **rocksdb_backend(tmp_path))
+    (operator_dir,) = {p.parent for p in (tmp_path / "state-storage").glob("*/*/kg-*")}
+    moved = tmp_path / "moved-away"
+    operator_dir.rename(moved)
+    operator_dir.write_text("not a directory")  # every write below it fails
+    with pytest.raises(StreamingQueryException) as failure:
+        run_batches(spark, tmp_path, range(2, 3), **rocksdb_backend(tmp_path))
+    assert str(operator_dir) in str(failure.value) and "checkpoint storage" in str(failure.value)
+    operator_dir.unlink()
+    moved.rename(operator_dir)  # storage is back: the failed batch runs again, exactly once
+    run_batches(spark, tmp_path, range(3, 8), **rocksdb_backend(tmp_path))
+    heap = tmp_path / "heap"
+    run_batches(spark, heap, range(8), state_backend="heap")
+    assert output_of(spark, tmp_path) == output_of(spark, heap)

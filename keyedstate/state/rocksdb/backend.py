@@ -190,6 +190,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
         again: it is stored already)."""
         changes.apply(self._database)
+        self._load_metadata_from_database()  # the changes may describe states the database did not know
 
     # ---- snapshots -----------------------------------------------------------------------------------------------
 

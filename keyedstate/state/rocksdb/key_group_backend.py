@@ -67,6 +67,10 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self._run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
         return self._database.take_changes()
 
+    def replay(self, changes: ChangeLog) -> None:
+        super().replay(changes)
+        self._check_registered_against_database()
+
     def estimate_keys_with_state(self) -> int:
         """RocksDB's estimate of the entries in the state column families (exact counting would scan them all)."""
         total = 0

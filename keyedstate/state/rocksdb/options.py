@@ -95,6 +95,12 @@ class RocksDBOptions:
         options.set_max_open_files(self.max_open_files)
         options.set_level_zero_file_num_compaction_trigger(self.level0_compaction_trigger)
         options.set_level_compaction_dynamic_level_bytes(True)
+        # Opening is on the Spark key-group path (one open per key group and micro-batch): skip the statistics
+        # scan over every SST and the periodic stats dumps, and keep two info logs instead of one per open.
+        options.set_skip_stats_update_on_db_open(True)
+        options.set_keep_log_file_num(2)
+        options.set_stats_dump_period_sec(0)
+        options.set_stats_persist_period_sec(0)
         # Flush every column family together so a database closed without WAL is consistent across states.
         options.set_atomic_flush(True)
         return options

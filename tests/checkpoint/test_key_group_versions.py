@@ -1,0 +1,108 @@
+"""A key group's durable versions: base + changelogs restore exactly, damage is named, old files are collected."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from keyedstate import Types, ValueStateDescriptor
+from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
+from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.errors import SnapshotCorruptedError
+from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
+from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
+
+
+@pytest.fixture
+def chain(tmp_path):
+    """Batches 0..5 of one key group: a base at batch 0 and at batch 3, changelogs in between."""
+    storage = CheckpointStorage(tmp_path / "storage")
+    versions = KeyGroupVersions(storage, key_group=3, num_key_groups=8)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=8)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    record = None
+    for batch in range(6):
+        backend.open_key_group(str(tmp_path / "local"))
+        for key in range(batch * 3, batch * 3 + 40):
+            backend.set_current_key(f"k{key}")
+            count.update((count.value() or 0) + 1)
+        changes = backend.take_changes()
+        tag = f"{batch:04x}"
+        if batch in (0, 3):
+            backend.checkpoint(str(tmp_path / f"ckpt-{batch}"))
+            record, _ = versions.write_base(record, str(tmp_path / f"ckpt-{batch}"), batch, tag,
+                                            backend.state_metadata(), backend.raw_column_names(), retain_batches=100)
+        else:
+            record = versions.write_changelog(record, changes, batch, tag)
+        expected = sorted(backend.iter_stored_records("count"))
+        backend.close_key_group()
+    backend.close()
+    return storage, versions, record, expected
+
+
+def restored(versions: KeyGroupVersions, record: VersionRecord, path: str) -> list:
+    changelogs = versions.restore(record, path)
+    backend = RocksDBKeyedStateBackend(path, max_parallelism=8, options=RocksDBOptions(reuse_existing=True))
+    for changelog in changelogs:
+        backend.replay(changelog)
+    records = sorted(backend.iter_stored_records("count"))
+    backend.close()
+    return records
+
+
+def test_the_base_plus_its_changelogs_restore_the_last_version(chain, tmp_path):
+    storage, versions, record, expected = chain
+    assert record.base_batch == 3 and len(record.changelogs) == 2
+    assert VersionRecord.from_bytes(record.to_bytes()) == record
+    assert restored(versions, record, str(tmp_path / "restore")) == expected
+
+
+def test_a_flipped_byte_in_any_referenced_file_is_named(chain, tmp_path):
+    storage, versions, record, _ = chain
+    manifest = versions.read_manifest(record.base, record.base_batch)
+    for relative in [record.changelogs[-1].path] + [e.path for e in manifest.files if e.name.endswith(".sst")][:1]:
+        path = os.path.join(storage.root, relative)
+        original = open(path, "rb").read()
+        damaged = bytearray(original)
+        damaged[len(damaged) // 2] ^= 1
+        open(path, "wb").write(bytes(damaged))
+        with pytest.raises(SnapshotCorruptedError, match=f"{relative}.*corrupt.*sha256"):
+            restored(versions, record, str(tmp_path / "restore"))
+        open(path, "wb").write(original)
+    assert os.path.isdir(tmp_path / "restore")
+
+
+def test_a_new_base_reuploads_no_stored_sst_and_collects_what_no_kept_base_names(chain, tmp_path):
+    storage, versions, record, expected = chain
+    manifests = [p for p in storage.list_files("kg-00003") if p.count("/") == 1 and p.endswith(".json")]
+    assert len(manifests) == 2  # bases of batch 0 and 3: 0 is kept while retained records may name it
+    restored(versions, record, str(tmp_path / "db"))
+    # A base written from the unchanged database uploads no SST again.
+    backend = KeyGroupRocksDBBackend(tmp_path / "db", max_parallelism=8)
+    backend.checkpoint(str(tmp_path / "again"))
+    metadata, raw = backend.state_metadata(), backend.raw_column_names()
+    backend.close()
+    stored_before = set(storage.list_files("kg-00003/sst"))
+    newest, uploaded = versions.write_base(record, str(tmp_path / "again"), 6, "0006", metadata, raw, retain_batches=1)
+    manifest = versions.read_manifest(newest.base, 6)
+    reused = [e for e in manifest.files if e.shared and e.path in stored_before]
+    new_files = [e for e in manifest.files if e not in reused]
+    assert reused  # the restored base's SSTs are named again, not uploaded again
+    assert uploaded == sum(e.size for e in new_files) + newest.base.size
+    # retain_batches=1: no older record can be read any more, so only the newest base and its SSTs remain
+    assert newest.retired == ()
+    remaining = storage.list_files("kg-00003")
+    assert [p for p in remaining if p.count("/") == 1 and p.endswith(".json")] == [newest.base.path]
+    assert not [p for p in remaining if p.startswith("kg-00003/c")]  # changelogs before the newest base
+    assert restored(versions, newest, str(tmp_path / "final")) == expected
+    shutil.rmtree(tmp_path / "again")
+
+
+def test_the_policy_bounds_changelogs_by_count_and_by_size_relative_to_the_base():
+    policy = SnapshotPolicy(max_changelogs=3, changelog_to_base_ratio=0.5, min_changelog_bytes=100)
+    assert policy.wants_base(None, 101) and not policy.wants_base(None, 100)
+    base = VersionRecord("t", object(), 1, 10_000)  # type: ignore[arg-type]
+    assert not policy.wants_base(base, 4_000)
+    assert policy.wants_base(base, 5_001)

@@ -1,0 +1,50 @@
+"""Executor-local databases of RocksDB mode: one user at a time, and removed once no key group has used them for a
+while (never while in use)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from keyedstate.errors import StateBackendLockedError
+from keyedstate.spark.local_databases import TAG_FILE, LocalDatabases
+
+
+def database(local: LocalDatabases, key_group: int, age_seconds: float) -> str:
+    path = local.path("query", "Count", key_group)
+    os.makedirs(path)
+    local.write_tag(path, f"tag{key_group}")
+    then = time.time() - age_seconds
+    os.utime(os.path.join(path, TAG_FILE), (then, then))
+    return path
+
+
+def test_databases_unused_for_longer_than_the_idle_time_are_removed(tmp_path):
+    local = LocalDatabases(str(tmp_path))
+    old, recent = database(local, 1, 3_600), database(local, 2, 10)
+    assert local.sweep(idle_seconds=900, force=True) == [old]
+    assert not os.path.exists(old) and local.read_tag(recent) == "tag2"
+
+
+def test_a_database_in_use_is_neither_removed_nor_opened_twice(tmp_path):
+    local, other_process = LocalDatabases(str(tmp_path)), LocalDatabases(str(tmp_path), lock_timeout_seconds=0.2)
+    path = database(local, 1, 3_600)
+    local.acquire(path)
+    try:
+        assert other_process.sweep(idle_seconds=900, force=True) == []
+        with pytest.raises(StateBackendLockedError, match="still in use by another worker process"):
+            other_process.acquire(path)
+    finally:
+        local.release()
+    other_process.acquire(path)  # free again
+    other_process.release()
+    assert os.path.exists(path)
+
+
+def test_idle_databases_of_processes_that_are_gone_are_removed(tmp_path):
+    gone = tmp_path / "idle" / "999999999"
+    gone.mkdir(parents=True)
+    idle = LocalDatabases(str(tmp_path)).idle_path()
+    assert not gone.exists() and idle.endswith(str(os.getpid()))

@@ -1,0 +1,85 @@
+"""A recording RocksDB backend's changelog, replayed on a copy of the state it started from, gives the same state."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from keyedstate import ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
+from keyedstate.errors import SnapshotCorruptedError, StateTypeMismatchError
+from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
+from keyedstate.state.rocksdb.changelog import ChangeLog
+from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
+
+DESCRIPTORS = (
+    ValueStateDescriptor("count", Types.LONG()),
+    ListStateDescriptor("events", Types.STRING()),
+    MapStateDescriptor("kinds", Types.STRING(), Types.LONG()),
+)
+
+
+def everything(backend) -> dict:
+    return {name: sorted(backend.iter_stored_records(name)) for name in sorted(backend.stored_state_names())}
+
+
+def register(backend):
+    return [backend.get_or_create_state(descriptor) for descriptor in DESCRIPTORS]
+
+
+def write_some(backend, keys, round_: int) -> None:
+    count, events, kinds = register(backend)
+    for key in keys:
+        backend.set_current_key(key)
+        count.update((count.value() or 0) + round_)
+        events.add(f"e{round_}")
+        if round_ % 2:
+            events.update([f"replaced{round_}"])  # a range delete and puts
+        kinds.put(f"k{round_ % 3}", round_)
+        if round_ == 3:
+            kinds.remove("k0")
+        if key == "gone":
+            count.clear()
+            events.clear()
+            kinds.clear()
+
+
+def test_replaying_the_recorded_writes_on_the_old_state_gives_the_new_state(tmp_path):
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=4)
+    register(backend)
+    backend.open_key_group(str(tmp_path / "live"))
+    write_some(backend, ["a", "b", "gone"], 1)
+    backend.take_changes()
+    backend.close_key_group()
+    shutil.copytree(tmp_path / "live", tmp_path / "replica")  # the state the changelog starts from
+
+    backend.open_key_group(str(tmp_path / "live"))
+    for round_ in (2, 3):
+        write_some(backend, ["a", "b", "c", "gone"], round_)
+    changes = backend.take_changes()
+    expected = everything(backend)
+    backend.close()
+    assert len(changes) > 10 and changes.byte_size > 0
+
+    replica = RocksDBKeyedStateBackend(tmp_path / "replica", max_parallelism=4,
+                                       options=RocksDBOptions(reuse_existing=True))
+    replica.replay(ChangeLog.decode(changes.encode(), "test"))
+    assert everything(replica) == expected
+    replica.close()
+
+
+def test_a_key_group_database_with_an_incompatible_stored_type_is_refused_by_name(tmp_path):
+    writer = KeyGroupRocksDBBackend(tmp_path / "idle-1", max_parallelism=4)
+    writer.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    writer.open_key_group(str(tmp_path / "kg"))
+    writer.close()
+    reader = KeyGroupRocksDBBackend(tmp_path / "idle-2", max_parallelism=4)
+    reader.get_or_create_state(ValueStateDescriptor("count", Types.STRING()))
+    with pytest.raises(StateTypeMismatchError, match="'count' was stored with type"):
+        reader.open_key_group(str(tmp_path / "kg"))
+    reader.close()
+
+
+def test_a_damaged_changelog_is_refused_naming_it():
+    with pytest.raises(SnapshotCorruptedError, match="changelog kg-00001/c1.log cannot be decoded"):
+        ChangeLog.decode(b"\x93garbage", "kg-00001/c1.log")
