@@ -12,7 +12,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from keyedstate.errors import (
     ConfigurationError,
@@ -314,6 +314,27 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
         """Every (stored key, serialized entry) of a state in the shared layout, ascending by stored key."""
+
+    # ---- one key group's records: the save/restore step of Spark's row mode --------------------------------------
+
+    @abstractmethod
+    def export_records(self) -> list[tuple["StateMetadata", list[tuple[bytes, bytes]]]]:
+        """Every state that holds data (registered, or restored and not registered again) with its records in the
+        shared layout; raw columns are not included (their owners export them)."""
+
+    @abstractmethod
+    def load_stored_records(self, metadata: "StateMetadata", records: Iterable[tuple[bytes, bytes]]) -> int:
+        """Add records of one state in the shared layout, keeping only owned key groups; returns how many were kept.
+        The state may be registered later; its metadata is checked against the descriptor then (or now)."""
+
+    @abstractmethod
+    def reset(self) -> None:
+        """Drop every state's and raw column's data and the restored metadata (registrations stay), so one backend
+        can serve one Spark key group after another."""
+
+    @abstractmethod
+    def count_keys_with_state(self) -> int:
+        """How many (key, namespace) pairs hold an entry in at least one state."""
 
     @abstractmethod
     def cleanup_expired_state(self) -> int:

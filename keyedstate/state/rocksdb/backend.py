@@ -7,13 +7,13 @@ import json
 import logging
 import os
 import shutil
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from keyedstate.errors import UnknownStateError
 from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
 from keyedstate.serialization import decode_key
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
-from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
+from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_of, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
@@ -28,6 +28,8 @@ logger = logging.getLogger("keyedstate.state.rocksdb")
 _METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
 _TTL_PREFIX_BYTES = 8
 _CLEANUP_BATCH = 10_000
+# Every stored key starts with a 2-byte key group < 0xffff (max parallelism is at most 32768).
+_AFTER_EVERY_KEY = b"\xff\xff\xff"
 
 
 class RocksDBKeyedStateBackend(KeyedStateBackend):
@@ -147,6 +149,58 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def count_stored_records(self, state_name: str) -> int:
         return sum(1 for _ in self._family_of_state(state_name).keys())
+
+    # ---- one key group's records (see KeyedStateBackend) ----------------------------------------------------------
+
+    def export_records(self) -> list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]:
+        metadata = {m.name: m for m in self.state_metadata()}
+        exported = []
+        for name in self.stored_state_names():
+            records = list(self.iter_stored_records(name))
+            if records and name in metadata:
+                exported.append((metadata[name], records))
+        return exported
+
+    def load_stored_records(self, metadata: StateMetadata, records: Iterable[tuple[bytes, bytes]]) -> int:
+        registered = self._states.get(metadata.name)
+        if registered is not None:
+            metadata.check_compatible(registered.descriptor)
+        else:
+            self._restored_metadata[metadata.name] = metadata
+        self._write_metadata([metadata] if registered is None else [])
+        owned = self.key_group_range
+        kept = [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        database = self._database
+        family = STATE_CF_PREFIX + metadata.name
+        database.column_family(family)
+        handle = database.handles[family]
+        batch = database.new_batch()
+        for key, value in kept:
+            batch.put(key, value, handle)
+        if len(batch):
+            database.write(batch)
+        return len(kept)
+
+    def reset(self) -> None:
+        database = self._database
+        for name in database.family_names(STATE_CF_PREFIX) + database.family_names(RAW_CF_PREFIX):
+            database.column_families[name].delete_range(b"", _AFTER_EVERY_KEY)
+        for name in list(self._restored_metadata):
+            if name not in self._states:
+                database.column_families[DEFAULT_CF].delete(_METADATA_PREFIX + name.encode())
+        self._restored_metadata.clear()
+        for store in self._stores():
+            store.bind(database)  # drops what stores cache about the data (list sequences)
+        self.clear_current_key()
+
+    def count_keys_with_state(self) -> int:
+        prefixes: set[bytes] = set()
+        for name in self.stored_state_names():
+            for stored_key in self._family_of_state(name).keys():
+                _, end = decode_key(stored_key, KEY_GROUP_PREFIX_BYTES)
+                _, end = decode_key(stored_key, end)
+                prefixes.add(stored_key[:end])
+        return len(prefixes)
 
     # ---- TTL cleanup ---------------------------------------------------------------------------------------------
 
