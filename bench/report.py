@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import report_large_state as LS  # noqa: E402
 import report_spark as S  # noqa: E402
 from report_why import WHY  # noqa: E402
 
@@ -115,13 +116,21 @@ def targets(run: dict) -> list[dict]:
                                  ("median of per-round ratios, interleaved rounds" if large.get("interleaved")
                                   else "median rounds") + f"; best rounds {large['best']:.2f}x",
                                  "keyed_process vs bucketed (2M)"))
+    rocksdb = S.target_ratios(rounds, S.LARGE).get("keyed_process_rocksdb")
+    out.append(_ratio_target("17", f"keyed_process state_backend=\"rocksdb\" speed vs row mode, {S.LARGE:,} events "
+                             f"in one batch", rocksdb and 1 / rocksdb["median"], 0.5, WHY["rocksdb_single_batch"],
+                             rocksdb and ("median of per-round ratios, interleaved rounds" if rocksdb["interleaved"]
+                                          else "median rounds"),
+                             "RocksDB mode vs row mode (2M)"))
     out.append(_report_target("7", "state-heavy MapState, per-batch time: keyed_process vs TWS",
                               S.heavy_summary(run["spark"])))
-    return out
+    return out + LS.targets(run["spark"])
 
 
 def plot_targets(rows: list[dict], path: Path) -> bool:
-    """Measured / target for every ratio target (1.0 = exactly met), log scale: the ratios span 0.5x to 70x."""
+    """Measured / target for every ratio target (1.0 = exactly met), log scale: the ratios span 0.5x to 70x. A row
+    with its own ``score`` (targets with an upper bound or a unit, issue 17) is placed by it and labelled with its
+    ``label``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -132,11 +141,11 @@ def plot_targets(rows: list[dict], path: Path) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.4))
     names = [r["short"] for r in rows][::-1]
-    scores = [r["value"] / r["threshold"] for r in rows][::-1]
+    scores = [r.get("score") or r["value"] / r["threshold"] for r in rows][::-1]
     colors = ["tab:green" if s >= 1 else "tab:red" for s in scores]
     ax.barh(names, scores, color=colors)
     for y, (score, r) in enumerate(zip(scores, rows[::-1])):
-        ax.annotate(f"{r['value']:.2f}x (target {r['goal']})", (score, y), xytext=(4, -3),
+        ax.annotate(r.get("label") or f"{r['value']:.2f}x (target {r['goal']})", (score, y), xytext=(4, -3),
                     textcoords="offset points", fontsize=7)
     ax.axvline(1.0, color="black", linewidth=1)
     ax.set_xscale("log")
@@ -373,13 +382,17 @@ def write_report(results: Path, report_dir: Path) -> list[Path]:
     report_dir.mkdir(parents=True, exist_ok=True)
     rows = targets(run)
     targets_png, scaling_png = report_dir / "targets.png", report_dir / "spark_scaling.png"
+    large_state_png = report_dir / "large_state.png"
     has_targets_plot = plot_targets(rows, targets_png)
     has_scaling_plot = S.plot_scaling(S.count_rounds(run["spark"]), scaling_png)
+    has_large_state_plot = LS.plot(run["spark"], large_state_png)
     lines = (_header(run) + _targets_section(rows, has_targets_plot) + _state_section(run) + _timers_section(run)
-             + _harness_section(run) + _kafka_section(run) + _spark_section(run, has_scaling_plot))
+             + _harness_section(run) + _kafka_section(run) + _spark_section(run, has_scaling_plot)
+             + LS.section(run["spark"], has_large_state_plot))
     out = report_dir / "RESULTS.md"
     out.write_text("\n".join(lines).rstrip() + "\n")
-    return [out] + [p for p, made in ((targets_png, has_targets_plot), (scaling_png, has_scaling_plot)) if made]
+    return [out] + [p for p, made in ((targets_png, has_targets_plot), (scaling_png, has_scaling_plot),
+                                      (large_state_png, has_large_state_plot)) if made]
 
 
 def main(argv: list[str] | None = None) -> int:

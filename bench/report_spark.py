@@ -13,12 +13,13 @@ from pathlib import Path
 
 LABELS = {
     "keyed_process": "keyed_process (128 key groups)",
+    "keyed_process_rocksdb": "keyed_process, state_backend=\"rocksdb\" (128 key groups)",
     "bucketed": "hand-written applyInPandasWithState, 128 buckets",
     "per_key": "hand-written applyInPandasWithState per key",
     "tws": "transformWithStateInPandas",
     "pyflink": "PyFlink KeyedProcessFunction (local mode)",
 }
-ORDER = ["bucketed", "keyed_process", "tws", "per_key", "pyflink"]
+ORDER = ["bucketed", "keyed_process", "keyed_process_rocksdb", "tws", "per_key", "pyflink"]
 SMALL, LARGE = 200_000, 2_000_000
 # why a variant is left out at 2M by default; shown only when it was not measured
 NOT_AT_2M = {
@@ -57,7 +58,7 @@ def target_ratios(rounds: dict, size: int | None = None) -> dict[str, dict]:
     out: dict[str, dict] = {}
     if not kp:
         return out
-    for variant in ("tws", "per_key", "bucketed", "pyflink"):
+    for variant in ("tws", "per_key", "bucketed", "pyflink", "keyed_process_rocksdb"):
         other = rounds.get((variant, size))
         if other:
             paired = _interleaved_ratio(other, kp)

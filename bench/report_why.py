@@ -23,6 +23,9 @@ WHY = {
                 "aggregates each frame with one vectorized pandas groupby and touches its dict once per key. The "
                 "gap grows with the number of events (2M table). Profile and proposed fixes: "
                 "bench/PROFILE-spark.md.",
+    "rocksdb_single_batch": "RocksDB mode pays a RocksDB get and put per element and a database open, changelog "
+                            "and close per key group, where row mode works on Python dicts; it exists for state "
+                            "that is too large to rewrite every batch (see the large-state section).",
     "bucketed_large": "keyed_process runs Flink's per-element contract in Python (process_element, the context, "
                       "ValueState and the timer calls for every event), while the bucketed function aggregates "
                       "each frame with one vectorized pandas groupby, so its cost per event falls as batches grow. "

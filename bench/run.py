@@ -9,9 +9,11 @@ would compete for the two cores and distort each other). A failing suite does no
 or partial and the report says so, which is more useful after a 40-minute run than nothing.
 
 Profiles (environment variables the user already set win over the profile):
-  default  ~35-40 min idle: Spark at 200k and 2M, except per_key and PyFlink at 2M (~16 min and ~85 min
-           projected); the report shows those two as "not measured" with the projection.
-  full     the complete matrix (adds per_key and PyFlink at 2M: ~2.5 h).
+  default  ~55-65 min idle: Spark at 200k and 2M, except per_key and PyFlink at 2M (~16 min and ~85 min
+           projected); the report shows those two as "not measured" with the projection. Large state (~22 min,
+           projected from smoke runs) at 200k, 1M and 4M keys, tws at 200k only (filling 4M keys through tws takes
+           about an hour; its per-batch cost does not grow with state, so 200k stands in and the report says so).
+  full     the complete matrix (adds per_key and PyFlink at 2M, tws at 1M and 4M keys of large state: ~4 h).
   smoke    tiny sizes everywhere, a few minutes; checks the pipeline, the numbers mean nothing.
 """
 
@@ -40,36 +42,45 @@ SUITES = {
     "harness": ("bench/test_harness_bench.py", 1.5),
     "kafka": ("bench/test_kafka_source.py", 4),
     "spark": ("bench/test_spark_bench.py", 27),
+    "large_state": ("bench/test_large_state_bench.py", 22),
 }
 
 PROFILES = {
     "default": {
         "SPARK_BENCH_SIZES": "200k,2M",
-        "SPARK_BENCH_2M_VARIANTS": "keyed_process,bucketed,tws",
+        "SPARK_BENCH_2M_VARIANTS": "keyed_process,keyed_process_rocksdb,bucketed,tws",
         "SPARK_BENCH_FLINK_SIZES": "smoke,200k",
+        "LARGE_STATE_BENCH_SIZES": "200k,1M,4M",
+        "LARGE_STATE_BENCH_TWS_SIZES": "200k",
     },
     "full": {
         "SPARK_BENCH_SIZES": "200k,2M",
-        "SPARK_BENCH_2M_VARIANTS": "keyed_process,bucketed,tws,per_key",
+        "SPARK_BENCH_2M_VARIANTS": "keyed_process,keyed_process_rocksdb,bucketed,tws,per_key",
         "SPARK_BENCH_FLINK_SIZES": "smoke,200k,2M",
+        "LARGE_STATE_BENCH_SIZES": "200k,1M,4M",
+        "LARGE_STATE_BENCH_TWS_SIZES": "200k,1M,4M",
     },
     "smoke": {
         "SPARK_BENCH_SIZES": "smoke",
         "SPARK_BENCH_FLINK_SIZES": "smoke",
         "KEYEDSTATE_BENCH_SMOKE": "1",
         "KEYEDSTATE_KAFKA_BENCH_RECORDS": "20000",
+        "LARGE_STATE_BENCH_SIZES": "smoke",
+        "LARGE_STATE_BENCH_TWS_SIZES": "smoke",
+        "LARGE_STATE_BENCH_BATCHES": "3",
     },
 }
 # the knobs recorded in meta.json so the report can state exactly what ran
 KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANTS", "SPARK_BENCH_ROUNDS",
                                                              "SPARK_BENCH_2M_INTERLEAVED_ROUNDS",
-                                                             "SPARK_BENCH_HEAVY"})
+                                                             "SPARK_BENCH_HEAVY", "LARGE_STATE_BENCH_VARIANTS",
+                                                             "LARGE_STATE_BENCH_ROUNDS"})
 
 
 # Lines of a suite's output worth echoing as progress: test ids and outcomes (-v), the suites' own one-line results.
 PROGRESS_PREFIXES = ("bench/", "PASSED", "FAILED", "SKIPPED", "ERROR", "[spark-bench]", "ratios to raw",
                      "heap timer service:", "rocksdb timer storage:", "heap timer storage:", "keyedstate-kafka",
-                     "round ", "=====")
+                     "round ", "=====", "[large-state]")
 
 
 def _log(message: str) -> None:

@@ -224,6 +224,17 @@ def keyed_process_query(source, num_key_groups: int = NUM_BUCKETS):
                          num_key_groups=num_key_groups)
 
 
+def keyed_process_rocksdb_query(source, num_key_groups: int = NUM_BUCKETS):
+    """keyed_process in RocksDB mode; every query gets its own state storage below the bench cache."""
+    import tempfile
+
+    from keyedstate.spark import keyed_process
+
+    storage = tempfile.mkdtemp(prefix="state-storage-", dir=CACHE)
+    return keyed_process(source, ["key"], CountWithTimeout(), OUTPUT_SCHEMA, event_time_column="ts",
+                         num_key_groups=num_key_groups, state_backend="rocksdb", state_storage=storage)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # variant 2: applyInPandasWithState grouped by the user key
 # ---------------------------------------------------------------------------------------------------------------
@@ -355,6 +366,7 @@ def tws_query(source):
 
 COUNT_VARIANTS: dict[str, Callable] = {
     "keyed_process": keyed_process_query,
+    "keyed_process_rocksdb": keyed_process_rocksdb_query,
     "per_key": per_key_query,
     "bucketed": bucketed_query,
     "tws": tws_query,

@@ -54,8 +54,8 @@ def _env_list(name: str, default: str) -> list[str]:
 
 
 SELECTED_SIZES = _env_list("SPARK_BENCH_SIZES", "200k,2M")
-SELECTED_VARIANTS = _env_list("SPARK_BENCH_VARIANTS", "keyed_process,per_key,bucketed,tws,flink")
-VARIANTS_AT_2M = _env_list("SPARK_BENCH_2M_VARIANTS", "keyed_process,bucketed,tws")
+SELECTED_VARIANTS = _env_list("SPARK_BENCH_VARIANTS", "keyed_process,keyed_process_rocksdb,per_key,bucketed,tws,flink")
+VARIANTS_AT_2M = _env_list("SPARK_BENCH_2M_VARIANTS", "keyed_process,keyed_process_rocksdb,bucketed,tws")
 RUN_ID = time.strftime("%Y%m%dT%H%M%S")
 
 
@@ -112,7 +112,7 @@ def _validation_input(base: Path) -> Path:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("variant", ["keyed_process", "per_key", "bucketed", "tws"])
+@pytest.mark.parametrize("variant", ["keyed_process", "keyed_process_rocksdb", "per_key", "bucketed", "tws"])
 def test_count_variants_agree(benchmark, spark, scratch, variant):
     """Smoke size, three batches: every variant must output exactly (key, full count) for every key."""
     if variant not in SELECTED_VARIANTS:
@@ -138,7 +138,8 @@ def test_count_variants_agree(benchmark, spark, scratch, variant):
 # count-with-timeout, one micro-batch
 # ---------------------------------------------------------------------------------------------------------------
 
-COUNT_CASES = [(s, v) for s in ["smoke", "200k", "2M"] for v in ["keyed_process", "bucketed", "per_key", "tws"]]
+COUNT_CASES = [(s, v) for s in ["smoke", "200k", "2M"]
+               for v in ["keyed_process", "keyed_process_rocksdb", "bucketed", "per_key", "tws"]]
 
 
 @pytest.mark.timeout(7200)
@@ -187,14 +188,15 @@ def _count_round(benchmark, spark, size: W.Size, variant: str, directory: Path, 
 
 # keyed_process and the bucketed function at 2M take 5-15 s a round, and the machine drifts by 20% or more between
 # minutes: alternating them round by round puts the same drift in both halves of each round's ratio.
-INTERLEAVED_AT_2M = ("keyed_process", "bucketed")
+INTERLEAVED_AT_2M = ("keyed_process", "keyed_process_rocksdb", "bucketed")
 INTERLEAVED_ROUNDS = int(os.environ.get("SPARK_BENCH_2M_INTERLEAVED_ROUNDS", "3"))
 
 
 @pytest.mark.timeout(3600)
 def test_count_with_timeout_2M_interleaved(benchmark, spark, scratch):
-    """One warm-up round, then INTERLEAVED_ROUNDS rounds, each running keyed_process and then the bucketed function
-    over the same 2M input; the report's 2M target is the median of the per-round ratios."""
+    """One warm-up round, then INTERLEAVED_ROUNDS rounds, each running keyed_process (row mode), keyed_process in
+    RocksDB mode and the bucketed function over the same 2M input; the report's 2M targets are medians of the
+    per-round ratios."""
     variants = [v for v in INTERLEAVED_AT_2M if v in SELECTED_VARIANTS and v in VARIANTS_AT_2M]
     if "2M" not in SELECTED_SIZES or not variants:
         pytest.skip("not selected (SPARK_BENCH_SIZES / SPARK_BENCH_VARIANTS / SPARK_BENCH_2M_VARIANTS)")

@@ -194,10 +194,11 @@ class KeyGroupVersions:
         uploaded += base.size
         retired: tuple[tuple[int, int], ...] = ()
         if record is not None and record.base_batch is not None:
-            # Spark keeps the newest retain_batches versions, batch - retain_batches + 1 .. batch; one of them names
-            # a retired base iff it is older than the batch that replaced that base.
+            # A version v names a retired base iff v is older than the batch that replaced the base. Readable
+            # versions: the newest retain_batches Spark keeps, and, until this batch commits, the one before it (a
+            # retry of this batch restores from it), so batch - retain_batches .. batch - 1.
             retired = tuple(pair for pair in record.retired + ((record.base_batch, batch),)
-                            if pair[1] > batch - retain_batches + 1)
+                            if pair[1] > batch - retain_batches)
         new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location)
         self.collect_garbage(new)
         return new, uploaded

@@ -91,11 +91,13 @@ def test_a_new_base_reuploads_no_stored_sst_and_collects_what_no_kept_base_names
     new_files = [e for e in manifest.files if e not in reused]
     assert reused  # the restored base's SSTs are named again, not uploaded again
     assert uploaded == sum(e.size for e in new_files) + newest.base.size
-    # retain_batches=1: no older record can be read any more, so only the newest base and its SSTs remain
-    assert newest.retired == ()
+    # retain_batches=1: Spark keeps only the newest version, but a retry of batch 6 would restore the version of
+    # batch 5 (base 3 + changelogs 4, 5): that stays until the next base; base 0 and changelogs 1, 2 go
+    assert newest.retired == ((3, 6),)
     remaining = storage.list_files("kg-00003")
-    assert [p for p in remaining if p.count("/") == 1 and p.endswith(".json")] == [newest.base.path]
-    assert not [p for p in remaining if p.startswith("kg-00003/c")]  # changelogs before the newest base
+    assert [p for p in remaining if p.count("/") == 1 and p.endswith(".json")] == [record.base.path, newest.base.path]
+    assert [p for p in remaining if p.startswith("kg-00003/c")] == [c.path for c in record.changelogs]
+    assert restored(versions, record, str(tmp_path / "retry")) == expected
     assert restored(versions, newest, str(tmp_path / "final")) == expected
     shutil.rmtree(tmp_path / "again")
 
