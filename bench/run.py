@@ -68,6 +68,7 @@ PROFILES = {
         "LARGE_STATE_BENCH_SIZES": "smoke",
         "LARGE_STATE_BENCH_TWS_SIZES": "smoke",
         "LARGE_STATE_BENCH_BATCHES": "3",
+        "LARGE_STATE_BENCH_ROCKSDB_BATCHES": "3",
     },
 }
 # the knobs recorded in meta.json so the report can state exactly what ran

@@ -89,19 +89,25 @@ class VersionRecord:
         return sum(entry.size for entry in self.changelogs)
 
     def to_bytes(self) -> bytes:
+        # The record is rewritten with every call of the key group, so a changelog costs ~45 bytes in it: its
+        # directory and name follow from (batch, tag), and the checksum is kept as raw bytes.
+        directory = self.changelogs[0].path.rsplit("/", 1)[0] if self.changelogs else ""
+        changelogs = [[entry.name, entry.size, bytes.fromhex(entry.checksum)] for entry in self.changelogs]
         return msgpack.packb([
             _RECORD_VERSION, self.tag, self.base.to_json() if self.base else None, self.base_batch, self.base_bytes,
-            [entry.to_json() for entry in self.changelogs], [list(pair) for pair in self.retired], self.location,
+            directory, changelogs, [list(pair) for pair in self.retired], self.location,
         ], use_bin_type=True)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "VersionRecord":
         try:
-            version, tag, base, base_batch, base_bytes, changelogs, retired, location = msgpack.unpackb(data, raw=False)
+            (version, tag, base, base_batch, base_bytes, directory, changelogs, retired,
+             location) = msgpack.unpackb(data, raw=False)
             if version != _RECORD_VERSION:
                 raise ValueError(f"record version {version} is not {_RECORD_VERSION}")
             return cls(str(tag), FileEntry.from_json(base) if base else None, base_batch, int(base_bytes),
-                       tuple(FileEntry.from_json(entry) for entry in changelogs),
+                       tuple(FileEntry(f"{directory}/{name}", name, int(size), checksum.hex())
+                             for name, size, checksum in changelogs),
                        tuple((int(a), int(b)) for a, b in retired), str(location))
         except Exception as error:
             raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error

@@ -1,0 +1,413 @@
+"""The large-state workload (issue 17) of bench/test_large_state_bench.py: many keys, each holding a ~80-byte
+ValueState record and ONE pending event-time timer; batch 0 fills N keys, every later batch changes a few thousand of
+them (new value, timer moved forward). The timers sit 30 days after their event and the events span hours, so no
+timer fires while measuring: what is left is the cost of state that is large but mostly untouched.
+
+Variants (same files, same Spark conf as bench/spark_workloads.py):
+
+* ``heap``     keyed_process, row mode (each key group's whole state in its Spark state row).
+* ``rocksdb``  keyed_process with ``state_backend="rocksdb"`` (a local RocksDB per key group, changelogs to
+               ``state_storage``).
+* ``tws``      transformWithStateInPandas with a ValueState and one event-time timer per key.
+
+Every run is its own process (``python bench/large_state_workload.py --variant ...``, started by the test) so it
+gets a fresh JVM and fresh Python workers: their peak memory (VmHWM) then belongs to that run alone.
+Files are fed one at a time into the stream's input directory and the run waits for that batch's progress, so the
+directories can be sampled between batches while nothing runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import spark_workloads as W  # noqa: E402
+from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa: E402
+
+VARIANTS = ("heap", "rocksdb", "tws")
+TIMEOUT_MS = 30 * 24 * 3_600_000  # far beyond the events' span: timers stay pending
+BATCH_SPACING_MS = 60_000  # later batch b has event times in [SPAN + b min, SPAN + (b+1) min): never late
+PAYLOAD_HEX_CHARS = 64  # pickled (payload, ts) tuple ~85 bytes; tws's UnsafeRow (payload, last) 88 bytes
+INPUT_SCHEMA = "key STRING, ts TIMESTAMP, payload STRING"
+OUTPUT_SCHEMA = "key STRING, payload STRING, last BIGINT"
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class Size:
+    name: str
+    keys: int
+    changes: int  # keys changed per later batch
+
+
+SIZES = {
+    "smoke": Size("smoke", 20_000, 2_000),
+    "200k": Size("200k", 200_000, 10_000),
+    "1M": Size("1M", 1_000_000, 10_000),
+    "4M": Size("4M", 4_000_000, 10_000),
+}
+
+# --- input: one Parquet file per micro-batch, cached under .cache/spark-bench/data ------------------------------------
+
+_HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2")
+
+
+def batch_columns(size: Size, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(key index, event time ms, payload bytes) of one batch; deterministic, so validation can recompute it."""
+    rng = np.random.default_rng(1000 + batch)
+    if batch == 0:
+        index = rng.permutation(size.keys)
+        ts = W.BASE_TS_MS + rng.integers(0, W.SPAN_MS, size.keys)
+    else:
+        index = rng.choice(size.keys, size.changes, replace=False)
+        ts = W.BASE_TS_MS + W.SPAN_MS + batch * BATCH_SPACING_MS + rng.integers(0, BATCH_SPACING_MS, len(index))
+    raw = np.frombuffer(rng.bytes(len(index) * PAYLOAD_HEX_CHARS // 2), dtype=np.uint8)
+    payload = _HEX[raw].reshape(len(index), PAYLOAD_HEX_CHARS // 2).view(f"S{PAYLOAD_HEX_CHARS}").ravel()
+    return index, ts, payload
+
+
+def _write(path: Path, keys: list[str], ts: np.ndarray, payload: np.ndarray) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({
+        "key": pa.array(keys, pa.string()),
+        "ts": pa.array(ts, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC")),
+        "payload": pa.array(payload, pa.binary()).cast(pa.string()),
+    }), path)
+
+
+def ensure_input(size: Size, later_batches: int) -> list[Path]:
+    """The fill file, ``later_batches`` change files, then two sentinel files (used only to validate)."""
+    directory = W.CACHE / "data" / f"large-state-{size.keys}-{size.changes}-{later_batches}"
+    files = [directory / f"part-{b:03d}.parquet" for b in range(later_batches + 3)]
+    if (directory / "_DONE").exists():
+        return files
+    directory.mkdir(parents=True, exist_ok=True)
+    for batch in range(later_batches + 1):
+        index, ts, payload = batch_columns(size, batch)
+        _write(files[batch], W.key_names(index), ts, payload)
+    # the first sentinel moves the watermark past every timer; timers fire in the batch after it
+    sentinel = W.BASE_TS_MS + W.SPAN_MS + (later_batches + 2) * BATCH_SPACING_MS + TIMEOUT_MS
+    for offset, path in enumerate(files[-2:]):
+        _write(path, ["sentinel"], np.array([sentinel + offset]), np.array([b"-"]))
+    (directory / "_DONE").write_text("ok")
+    return files
+
+
+def expected_output(size: Size, later_batches: int) -> dict[str, tuple[str, int]]:
+    """key -> (payload, ts) of its last change: what its timer emits once the sentinels pass."""
+    final: dict[str, tuple[str, int]] = {}
+    for batch in range(later_batches + 1):
+        index, ts, payload = batch_columns(size, batch)
+        final.update(zip(W.key_names(index), zip((p.decode() for p in payload.tolist()), ts.tolist())))
+    return final
+
+
+# --- the variants -----------------------------------------------------------------------------------------------------
+
+
+class LatestWithTimer(KeyedProcessFunction):
+    """Keeps the key's latest (payload, ts) and one timer TIMEOUT_MS after it; the previous timer is deleted."""
+
+    def open(self, runtime_context):
+        self.state = runtime_context.get_state(ValueStateDescriptor("latest", Types.PICKLED_BYTE_ARRAY()))
+
+    def process_element(self, value, ctx):
+        timers = ctx.timer_service()
+        current = self.state.value()
+        if current is not None:
+            timers.delete_event_time_timer(current[1] + TIMEOUT_MS)
+        timestamp = ctx.timestamp()
+        self.state.update((value.payload, timestamp))
+        timers.register_event_time_timer(timestamp + TIMEOUT_MS)
+
+    def on_timer(self, timestamp, ctx):
+        current = self.state.value()
+        if current is not None and timestamp == current[1] + TIMEOUT_MS:
+            self.state.clear()
+            yield ctx.get_current_key(), current[0], current[1]
+
+
+def keyed_process_query(source, state_backend: str, scratch: Path):
+    from keyedstate.spark import keyed_process
+
+    extra = {} if state_backend == "heap" else {
+        "state_storage": str(scratch / "storage"), "state_local_dir": str(scratch / "local")}
+    return keyed_process(source, ["key"], LatestWithTimer(), OUTPUT_SCHEMA, event_time_column="ts",
+                         state_backend=state_backend, **extra)
+
+
+def _tws_processor_class():
+    from pyspark.sql.streaming import StatefulProcessor
+
+    class LatestWithTimerProcessor(StatefulProcessor):
+        def init(self, handle):
+            self.handle = handle
+            self.state = handle.getValueState("latest", "payload STRING, last BIGINT")
+
+        def handleInputRows(self, key, rows, timerValues):
+            previous = self.state.get()[1] if self.state.exists() else None
+            latest = None
+            for frame in rows:
+                if len(frame):
+                    row = frame.loc[frame["ts_ms"].idxmax()]
+                    if latest is None or row["ts_ms"] > latest[1]:
+                        latest = (row["payload"], int(row["ts_ms"]))
+            if latest is not None:
+                if previous is not None:
+                    self.handle.deleteTimer(previous + TIMEOUT_MS)
+                self.state.update(latest)
+                self.handle.registerTimer(latest[1] + TIMEOUT_MS)
+            return iter([])
+
+        def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+            import pandas as pd
+
+            payload, last = self.state.get()
+            self.state.clear()
+            yield pd.DataFrame({"key": [key[0]], "payload": [payload], "last": [last]})
+
+        def close(self):
+            pass
+
+    return LatestWithTimerProcessor
+
+
+def tws_query(source):
+    from pyspark.sql import functions as F
+
+    return (source.withColumn("ts_ms", F.unix_millis("ts")).groupBy("key")
+            .transformWithStateInPandas(_tws_processor_class()(), OUTPUT_SCHEMA, "Append", "EventTime"))
+
+
+def build_query(variant: str, source, scratch: Path):
+    return tws_query(source) if variant == "tws" else keyed_process_query(source, variant, scratch)
+
+
+# --- what a run measures: durable bytes, Python worker memory ---------------------------------------------------------
+
+
+def files_under(directory: Path) -> dict[str, tuple[int, int]]:
+    """path -> (inode, size) of every file below ``directory``."""
+    out = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            try:
+                st = os.stat(os.path.join(root, name))
+            except FileNotFoundError:  # deleted while walking
+                continue
+            out[os.path.join(root, name)] = (st.st_ino, st.st_size)
+    return out
+
+
+def bytes_written(before: dict, after: dict) -> int:
+    """Bytes written between two samples: new or replaced files count whole, appended files their growth. Files
+    deleted since ``before`` were counted when they appeared; files created and deleted between samples are missed."""
+    total = 0
+    for path, (inode, size) in after.items():
+        old = before.get(path)
+        if old is None or old[0] != inode:
+            total += size
+        elif size > old[1]:
+            total += size - old[1]
+    return total
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out += children.get(pid, [])
+        todo += children.get(pid, [])
+    return out
+
+
+class WorkerMemory:
+    """Peak resident memory (VmHWM) of this process's Spark Python workers, sampled every second in the background
+    so a worker that exits mid-run (Spark reaps idle workers after a minute) still counts."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        for pid in _descendants(os.getpid()):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    command = cmdline.read()
+                if b"pyspark.daemon" in command or b"pyspark.worker" in command:
+                    with open(f"/proc/{pid}/status") as status:
+                        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+                    self.peaks[pid] = max(self.peaks.get(pid, 0), kib)
+            except (OSError, ValueError, StopIteration):  # the process ended meanwhile
+                continue
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.sample()
+
+    def __enter__(self) -> "WorkerMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+# --- one run: fill, later batches, optional validation ----------------------------------------------------------------
+
+
+def _await_batch(query, batch: int) -> dict:
+    while True:
+        for p in (json.loads(q.json) for q in query.recentProgress):
+            if p["batchId"] == batch and p["numInputRows"]:
+                return p
+        if not query.isActive:
+            raise RuntimeError(f"query stopped before batch {batch}: {query.exception()}")
+        time.sleep(POLL_S)
+
+
+def _check_output(variant: str, got: dict, expected: dict) -> None:
+    if got != expected:
+        wrong = sorted(k for k in expected.keys() | got.keys() if got.get(k) != expected.get(k))
+        raise AssertionError(f"{variant}: {len(wrong)} keys wrong after the timers fired, e.g. "
+                             f"{[(k, got.get(k), expected.get(k)) for k in wrong[:3]]}")
+
+
+def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, validate: bool) -> dict:
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    # Spark's console progress bar would glue the progress lines bench/run.py echoes onto its own
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell")
+    spark = W.spark_session(scratch / "warehouse")
+    files = ensure_input(size, later_batches)
+    inbox, checkpoint = scratch / "in", scratch / "chk"
+    inbox.mkdir(parents=True)
+    durable = {"checkpoint": checkpoint, "storage": scratch / "storage"}
+
+    def feed(path: Path) -> None:
+        # the file must appear whole: a hard link does, copying nothing (the 4M fill file is ~330 MB); across file
+        # systems a copy beside the input directory is renamed into it
+        try:
+            os.link(path, inbox / path.name)
+        except OSError:
+            shutil.copyfile(path, scratch / path.name)
+            os.replace(scratch / path.name, inbox / path.name)
+
+    name = f"large_state_{variant}_{uuid.uuid4().hex[:8]}"
+    source = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inbox))
+    output = build_query(variant, source.withWatermark("ts", "0 seconds"), scratch)
+    batches = []
+    with WorkerMemory() as memory:
+        feed(files[0])
+        started = time.perf_counter()
+        query = (output.writeStream.format("memory").queryName(name).outputMode("append")
+                 .option("checkpointLocation", str(checkpoint)).trigger(processingTime="100 milliseconds").start())
+        before = {what: files_under(path) for what, path in durable.items()}
+        for batch in range(later_batches + 1):
+            if batch:
+                started = time.perf_counter()
+                feed(files[batch])
+            progress = _await_batch(query, batch)
+            wall = time.perf_counter() - started
+            after = {what: files_under(path) for what, path in durable.items()}
+            written = {f"{what}_bytes": bytes_written(before[what], after[what]) for what in durable}
+            batches.append({"batch": batch, "rows": progress["numInputRows"], "wall_s": round(wall, 3),
+                            "trigger_ms": progress["durationMs"].get("triggerExecution"),
+                            "addBatch_ms": progress["durationMs"].get("addBatch"),
+                            "durable_bytes": sum(written.values()), **written})
+            before = after
+            print(f"[large-state] {variant} {size.name} batch {batch}: {progress['numInputRows']:,} rows, "
+                  f"{batches[-1]['trigger_ms'] / 1000:.2f} s, {batches[-1]['durable_bytes'] / 1e6:.2f} MB durable",
+                  flush=True)
+        memory.sample()
+        fired = spark.table(name).count()
+        if fired:
+            raise AssertionError(f"{variant}: {fired} timers fired while measuring; they must stay pending")
+        if validate:
+            for batch, path in enumerate(files[-2:], later_batches + 1):
+                feed(path)
+                _await_batch(query, batch)
+            _check_output(variant, {r["key"]: (r["payload"], r["last"]) for r in spark.table(name).collect()},
+                          expected_output(size, later_batches))
+        query.stop()
+    spark.stop()
+    return summarize(variant, size, batches, memory.peaks, validate, scratch)
+
+
+def summarize(variant: str, size: Size, batches: list[dict], peaks: dict[int, int], validated: bool,
+              scratch: Path) -> dict:
+    later = batches[1:]
+    # the first later batch is a warm-up (first call of each worker after the fill); bytes keep every later batch,
+    # so whatever a batch sets off for later (a base snapshot) is amortized over all of them
+    timed = later[1:] or later
+
+    def per_later_batch(field: str) -> float:
+        return sum(b[field] for b in later) / len(later)
+
+    return {
+        "variant": variant, "size": size.name, "keys": size.keys, "changes": size.changes,
+        "later_batches": len(later), "fill_s": batches[0]["trigger_ms"] / 1000,
+        "later_median_s": statistics.median(b["trigger_ms"] for b in timed) / 1000,
+        "later_wall_median_s": statistics.median(b["wall_s"] for b in timed),
+        **{f"{what}_bytes_per_later_batch": per_later_batch(f"{what}_bytes")
+           for what in ("durable", "checkpoint", "storage")},
+        "peak_worker_mb": max(peaks.values(), default=0) * 1024 / 1e6, "workers": len(peaks),  # VmHWM is in KiB
+        # what is left at the end (the local RocksDB databases are not durable: reported, never counted)
+        "final_dir_bytes": {d: sum(s for _, s in files_under(scratch / d).values())
+                            for d in ("chk", "storage", "local")},
+        "validated": validated, "batches": batches,
+    }
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description="one large-state run (see the module docstring)")
+    parser.add_argument("--variant", choices=VARIANTS, required=True)
+    parser.add_argument("--size", choices=sorted(SIZES), required=True)
+    parser.add_argument("--later-batches", type=int, default=6)
+    parser.add_argument("--scratch", type=Path, required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--validate", action="store_true")
+    options = parser.parse_args(argv)
+    if options.later_batches < 1:
+        parser.error("--later-batches must be at least 1 (the per-batch figures are over the later batches)")
+    W.prepare_environment()
+    summary = run_variant(options.variant, SIZES[options.size], options.later_batches, options.scratch,
+                          options.validate)
+    options.result.write_text(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    # run under its module name, not __main__, so the functions pickle the same way as when imported
+    import large_state_workload
+
+    sys.exit(large_state_workload.main())
