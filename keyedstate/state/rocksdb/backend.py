@@ -15,10 +15,11 @@ from keyedstate.serialization import decode_key
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_of, prefix_successor
 from keyedstate.state.base.stores import RawColumn
-from keyedstate.state.descriptors import StateDescriptor
+from keyedstate.state.descriptors import StateDescriptor, StateKind
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.errors import translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
+from keyedstate.state.rocksdb.primitives import RocksDBValueState
 from keyedstate.state.rocksdb.stores import RocksDBListStore, RocksDBMapStore, RocksDBRawColumn, RocksDBValueStore
 
 __all__ = ["RocksDBKeyedStateBackend"]
@@ -73,6 +74,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             shutil.rmtree(leftover, ignore_errors=True)
 
     # ---- stores --------------------------------------------------------------------------------------------------
+
+    def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
+        if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
+            return RocksDBValueState(descriptor, codec, store, self)
+        return super()._create_primitive(descriptor, codec, store)
 
     def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBValueStore:
         return RocksDBValueStore(self, self._state_family(descriptor), codec, descriptor.name)

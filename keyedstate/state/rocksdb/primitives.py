@@ -1,0 +1,78 @@
+"""RocksDB-specific state primitives (Flink has ``RocksDBValueState`` for the same reason).
+
+``ValueState.value()`` and ``update()`` run once or twice per element; over a RocksDB store each went through two
+Python calls (the primitive, then the store). :class:`RocksDBValueState` does the store's work in its own frame and
+falls back to the store's methods, which name the state in their errors, for everything unusual (no current key,
+a serializer or type failure, a RocksDB error).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from keyedstate.state.primitives import ValueState
+from keyedstate.state.rocksdb.stores import RocksDBValueStore
+
+__all__ = ["RocksDBValueState"]
+
+_NOTHING_STORED = object()  # never a prefix, not even None (no current key)
+
+
+class RocksDBValueState(ValueState):
+    """A ``ValueState`` without TTL over a :class:`RocksDBValueStore`; behaves exactly like ``ValueState``."""
+
+    # The stored key is remembered for the prefix object it was built from (a key's elements reuse one prefix).
+    __slots__ = ("_key_prefix", "_stored_key")
+
+    def __init__(self, descriptor: Any, codec: Any, store: RocksDBValueStore, backend: Any) -> None:
+        super().__init__(descriptor, codec, store, backend)
+        self._key_prefix: Any = _NOTHING_STORED
+        self._stored_key = b""
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        ValueState.set_current_namespace(self, namespace)
+        self._key_prefix = _NOTHING_STORED
+
+    def value(self) -> Any:
+        store = self._store
+        prefix = self._backend._current_prefix
+        if prefix is not self._key_prefix:
+            if prefix is None:
+                return store.get(self._namespace)  # raises NoKeyContextError
+            self._stored_key = prefix + self._namespace
+            self._key_prefix = prefix
+        try:
+            data = store._cf.get(self._stored_key)
+        except Exception:
+            return store.get(self._namespace)  # raises the store's error naming the state and the database
+        if data is None:
+            return None
+        try:
+            value = store._fast_deserialize(data)
+        except Exception:
+            return store.get(self._namespace)
+        accepts = store._accepts
+        if accepts is None or type(value) in store._exact_types or value is None or accepts(value):
+            return value
+        return store.get(self._namespace)  # raises StateTypeMismatchError
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            ValueState.update(self, value)
+            return
+        accepts = self._accepts
+        if accepts is not None and type(value) not in self._exact_types and not accepts(value):
+            self._codec.check_write(value)
+        store = self._store
+        prefix = self._backend._current_prefix
+        if prefix is not self._key_prefix:
+            if prefix is None:
+                store.put(self._namespace, value)  # raises NoKeyContextError
+                return
+            self._stored_key = prefix + self._namespace
+            self._key_prefix = prefix
+        try:
+            data = store._fast_serialize(value)
+            store._cf.put(self._stored_key, data)
+        except Exception:
+            store.put(self._namespace, value)  # redone by the store, which raises its error naming the state
