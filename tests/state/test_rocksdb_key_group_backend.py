@@ -1,4 +1,6 @@
-"""A recording RocksDB backend's changelog, replayed on a copy of the state it started from, gives the same state."""
+"""The key-group RocksDB backend of Spark's RocksDB mode: its recorded changelog, replayed on a copy of the state it
+started from, gives the same state; incompatible stored types are refused; expired TTL entries leave storage when a
+base snapshot is taken."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import shutil
 
 import pytest
 
-from keyedstate import ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
+from keyedstate import ListStateDescriptor, MapStateDescriptor, StateTtlConfig, Time, Types, ValueStateDescriptor
 from keyedstate.errors import SnapshotCorruptedError, StateTypeMismatchError
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from keyedstate.state.rocksdb.changelog import ChangeLog
@@ -83,3 +85,23 @@ def test_a_key_group_database_with_an_incompatible_stored_type_is_refused_by_nam
 def test_a_damaged_changelog_is_refused_naming_it():
     with pytest.raises(SnapshotCorruptedError, match="changelog kg-00001/c1.log cannot be decoded"):
         ChangeLog.decode(b"\x93garbage", "kg-00001/c1.log")
+
+
+def test_expired_ttl_entries_are_never_read_and_leave_storage_with_the_next_base_snapshot(tmp_path):
+    now = [1_000_000]
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=4, ttl_clock=lambda: now[0])
+    descriptor = ValueStateDescriptor("seen", Types.STRING())
+    descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.seconds(10)).build())
+    seen = backend.get_or_create_state(descriptor)
+    backend.open_key_group(str(tmp_path / "kg"))
+    for key in ["a", "b"]:
+        backend.set_current_key(key)
+        seen.update("x")
+    now[0] += 10_000
+    assert backend.cleanup_expired_state() == 0  # no scan per call
+    assert len(list(backend.iter_stored_records("seen"))) == 2
+    backend.set_current_key("a")
+    assert seen.value() is None  # expired: never returned
+    backend.checkpoint(str(tmp_path / "base"))
+    assert list(backend.iter_stored_records("seen")) == []
+    backend.close()
