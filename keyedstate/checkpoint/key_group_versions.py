@@ -25,7 +25,7 @@ import re
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Optional
+from typing import Optional
 
 import msgpack
 

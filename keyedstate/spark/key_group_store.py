@@ -15,13 +15,14 @@ from abc import ABC, abstractmethod
 from typing import Any, Optional
 
 from keyedstate.errors import ConfigurationError
-from keyedstate.spark.row_format import StateRow
+from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, STATE_ROW_FORMAT_ROCKSDB, StateRow
 
-__all__ = ["KeyGroupStore", "HEAP", "ROCKSDB", "STATE_BACKENDS", "check_recorded_key_groups"]
+__all__ = ["KeyGroupStore", "HEAP", "ROCKSDB", "STATE_BACKENDS", "check_recorded_key_groups", "committed_row"]
 
 HEAP = "heap"
 ROCKSDB = "rocksdb"
 STATE_BACKENDS = (HEAP, ROCKSDB)
+_BACKEND_OF_FORMAT = {STATE_ROW_FORMAT_FULL: HEAP, STATE_ROW_FORMAT_ROCKSDB: ROCKSDB}
 
 
 class KeyGroupStore(ABC):
@@ -56,3 +57,24 @@ def check_recorded_key_groups(row: StateRow, num_key_groups: int) -> None:
             f"with num_key_groups={num_key_groups}; the number of key groups cannot change while the "
             f"checkpoint lives. Restart with num_key_groups={row.key_groups}, or use a new checkpoint location"
         )
+
+
+def committed_row(group_state: Any, num_key_groups: int, state_backend: str) -> Optional[StateRow]:
+    """The group's committed row (None before the first), refused when another keyed_process setup wrote it."""
+    if not group_state.exists:
+        return None
+    row = StateRow.from_row(group_state.get)
+    check_recorded_key_groups(row, num_key_groups)
+    written_by = _BACKEND_OF_FORMAT.get(row.format)
+    if written_by is None:
+        raise ConfigurationError(
+            f"the state row has format {row.format}, which this keyedstate version cannot read (it reads "
+            f"{', '.join(map(str, sorted(_BACKEND_OF_FORMAT)))}); upgrade keyedstate"
+        )
+    if written_by != state_backend:
+        raise ConfigurationError(
+            f"the query's checkpoint was written with state_backend={written_by!r} but keyed_process now runs with "
+            f"state_backend={state_backend!r}; the state backend cannot change while the checkpoint lives. Restart "
+            f"with state_backend={written_by!r}, or use a new checkpoint location"
+        )
+    return row

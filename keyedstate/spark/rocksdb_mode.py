@@ -32,11 +32,10 @@ from typing import Any, Optional
 
 from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import ConfigurationError
 from keyedstate.spark.compat import current_query_id
-from keyedstate.spark.key_group_store import KeyGroupStore, check_recorded_key_groups
+from keyedstate.spark.key_group_store import ROCKSDB, KeyGroupStore, committed_row
 from keyedstate.spark.local_databases import LocalDatabases
-from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, STATE_ROW_FORMAT_ROCKSDB, StateRow
+from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
@@ -121,21 +120,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         timer_service.reload_key_group(key_group)
 
     def _committed_record(self, group_state: Any) -> Optional[VersionRecord]:
-        if not group_state.exists:
-            return None
-        row = StateRow.from_row(group_state.get)
-        check_recorded_key_groups(row, self.num_key_groups)
-        if row.format == STATE_ROW_FORMAT_FULL:
-            raise ConfigurationError(
-                "the query's checkpoint was written with state_backend='heap' but keyed_process now runs with "
-                "state_backend='rocksdb'; the state backend cannot change while the checkpoint lives. Restart with "
-                "state_backend='heap', or use a new checkpoint location"
-            )
-        if row.format != STATE_ROW_FORMAT_ROCKSDB:
-            raise ConfigurationError(
-                f"the state row has format {row.format}, which this keyedstate version cannot read; upgrade keyedstate"
-            )
-        return VersionRecord.from_bytes(row.state)
+        row = committed_row(group_state, self.num_key_groups, ROCKSDB)
+        return None if row is None else VersionRecord.from_bytes(row.state)
 
     def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
              has_timers: bool) -> tuple[bool, int]:

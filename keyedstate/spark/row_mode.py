@@ -8,15 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from keyedstate.errors import ConfigurationError
-from keyedstate.spark.key_group_store import KeyGroupStore, check_recorded_key_groups
-from keyedstate.spark.row_format import (
-    STATE_ROW_FORMAT_FULL,
-    STATE_ROW_FORMAT_ROCKSDB,
-    StateRow,
-    decode_state_payload,
-    encode_state_payload,
-)
+from keyedstate.spark.key_group_store import HEAP, KeyGroupStore, committed_row
+from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, StateRow, decode_state_payload, encode_state_payload
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.heap import HeapKeyedStateBackend
 
@@ -36,21 +29,9 @@ class RowKeyGroupStore(KeyGroupStore):
                                              validate_writes=False)
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
-        if not group_state.exists:
+        row = committed_row(group_state, self.num_key_groups, HEAP)
+        if row is None:
             return
-        row = StateRow.from_row(group_state.get)
-        check_recorded_key_groups(row, self.num_key_groups)
-        if row.format == STATE_ROW_FORMAT_ROCKSDB:
-            raise ConfigurationError(
-                "the query's checkpoint was written with state_backend='rocksdb' but keyed_process now runs with "
-                "state_backend='heap'; the state backend cannot change while the checkpoint lives. Restart with "
-                "state_backend='rocksdb', or use a new checkpoint location"
-            )
-        if row.format != STATE_ROW_FORMAT_FULL:
-            raise ConfigurationError(
-                f"the state row has format {row.format}, which this keyedstate version cannot read (it reads "
-                f"{STATE_ROW_FORMAT_FULL} and {STATE_ROW_FORMAT_ROCKSDB}); upgrade keyedstate"
-            )
         for metadata, records in decode_state_payload(row.state):
             self.backend.load_stored_records(StateMetadata.from_json(metadata), records)
         if row.timers:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
+from typing import Optional
 
 from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM
 from keyedstate.state.base.backend import StateMetadata, TtlClock, system_clock_ms
