@@ -1,10 +1,12 @@
 """The function applyInPandasWithState calls for each key group (runs in Spark's Python workers).
 
-One call = one key group in one micro-batch: decode the group's state row -> fire due timers (event time, then
-processing time) -> process the batch's elements key by key, each key's elements in event-time order -> fire
-processing-time timers that became due -> write the row back and mirror the earliest timer into Spark's single
-timeout (or remove the row when the group holds nothing). The row is the commit record: Spark's state store
-snapshots it per micro-batch, so a failed or repeated task starts again from the previous batch's row.
+One call = one key group in one micro-batch: load the group's state (the key-group store of the query's state
+backend: :mod:`keyedstate.spark.row_mode` or :mod:`keyedstate.spark.rocksdb_mode`) -> fire due timers (event time,
+then processing time) -> process the batch's elements key by key, each key's elements in event-time order -> fire
+processing-time timers that became due -> save the group's row and mirror the earliest timer into Spark's single
+timeout (or remove the row when the group holds nothing) -> release the group. The row is the commit record:
+Spark's state store snapshots it per micro-batch, so a failed or repeated task starts again from the previous
+batch's row.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ STATE_BACKEND is keyed_process's ``heap`` (default) or ``rocksdb`` (state storag
 
 Environment: ``PAUSE_BATCH`` and ``PAUSE_AT`` (``element`` | ``timer``) make the function write ``BASE/paused`` and
 hang inside that batch on the first attempt only, so the test can kill the job mid-batch at a known point.
+``FAIL_BATCH`` makes the first attempt of every task of that batch raise after its third element, when it has
+already written state, and runs Spark with task retries (``local[2,3]``), so the retried attempts must start from
+the committed state again.
 """
 
 from __future__ import annotations
@@ -42,8 +45,18 @@ class CountingWithPause(KeyedProcessFunction):
             marker.write_text(where)
             time.sleep(600)  # the test kills the whole process group meanwhile
 
+    def maybe_fail(self) -> None:
+        from pyspark import TaskContext
+
+        if str(current_batch_id()) == os.environ.get("FAIL_BATCH") and TaskContext.get().attemptNumber() == 0:
+            self.elements_this_attempt = getattr(self, "elements_this_attempt", 0) + 1
+            if self.elements_this_attempt > 3:
+                Path(self.base, "failed-once").write_text("yes")
+                raise RuntimeError("injected failure of a first task attempt")
+
     def process_element(self, value, ctx):
         self.maybe_pause("element")
+        self.maybe_fail()
         self.count.update((self.count.value() or 0) + 1)
         self.payloads.add(value["payload"])
         kind = value["payload"].split("-")[0]
@@ -70,7 +83,8 @@ def main() -> int:
     from keyedstate.spark import keyed_process
 
     spark = (
-        SparkSession.builder.master("local[2]").appName("exactly-once-job")
+        SparkSession.builder.master("local[2,3]" if os.environ.get("FAIL_BATCH") else "local[2]")
+        .appName("exactly-once-job")
         .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.stateStore.providerClass", provider)
         .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")

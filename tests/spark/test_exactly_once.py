@@ -109,3 +109,15 @@ def test_sigkill_at_three_points_then_restart_gives_the_uninterrupted_result(spa
     assert output == expected_output
     assert len(output) == len(set(output))  # no duplicates
     assert state == expected_state
+
+
+def test_a_task_attempt_that_fails_after_writing_state_is_retried_from_the_committed_state(spark, tmp_path,
+                                                                                          uninterrupted, state_backend):
+    from tests.spark.conftest import ROCKSDB_PROVIDER
+
+    write_all_input(tmp_path)
+    process = start_job(tmp_path, ROCKSDB_PROVIDER, state_backend["state_backend"], FAIL_BATCH="3")
+    assert process.wait(timeout=600) == 0, (tmp_path / "job.log").read_text()[-3000:]
+    assert (tmp_path / "failed-once").exists()  # the first attempts really failed mid-batch
+    output, state = results(spark, tmp_path)
+    assert (output, state) == uninterrupted
