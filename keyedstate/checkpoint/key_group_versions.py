@@ -58,7 +58,7 @@ class SnapshotPolicy:
 
     max_changelogs: int = 64
     changelog_to_base_ratio: float = 1.0
-    min_changelog_bytes: int = 256 * 1024
+    min_changelog_bytes: int = 1024 * 1024
 
     def wants_base(self, record: Optional["VersionRecord"], new_changes_bytes: int) -> bool:
         if record is None or record.base is None:
@@ -158,9 +158,10 @@ class KeyGroupVersions:
 
     # ---- writing -------------------------------------------------------------------------------------------------
 
-    def write_changelog(self, record: Optional[VersionRecord], changes: ChangeLog, batch: int, tag: str) -> VersionRecord:
+    def write_changelog(self, record: Optional[VersionRecord], encoded: bytes, batch: int, tag: str) -> VersionRecord:
+        """Store an encoded :class:`ChangeLog` as the next version."""
         name = f"c{batch:012d}-{tag}.log"
-        entry = self.storage.write_bytes(f"{self.directory}/{name}", changes.encode(), name)
+        entry = self.storage.write_bytes(f"{self.directory}/{name}", encoded, name)
         if record is None:
             return VersionRecord(tag, None, None, 0, (entry,), location=self.storage.location)
         return replace(record, tag=tag, changelogs=record.changelogs + (entry,))

@@ -114,7 +114,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         local.remove_tag(path)  # from here until finish() the database may differ from every committed version
         self._call = (path, record, versions)
         self._saved_tag = None
-        self.backend.open_key_group(path)
+        self.backend.open_key_group(path, record_changes=record is not None)
         for changelog in changelogs:
             self.backend.replay(changelog)
         timer_service.reload_key_group(key_group)
@@ -130,15 +130,15 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         changes = self.backend.take_changes()
         batch = batch_id if batch_id is not None else 0
         written = 0
-        if record is None and not changes:
+        if record is None and self.backend.is_empty():
             group_state.remove()  # nothing was ever stored for this group
             return False, 0
         if not changes:
             new = record
         else:
             tag = uuid.uuid4().hex[:16]
-            encoded_size = changes.byte_size
-            if self.policy.wants_base(record, encoded_size):
+            encoded = changes.encode()
+            if self.policy.wants_base(record, len(encoded)):
                 checkpoint = f"{path}.base-{tag}"
                 try:
                     self.backend.checkpoint(checkpoint)
@@ -148,7 +148,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 finally:
                     shutil.rmtree(checkpoint, ignore_errors=True)
             else:
-                new = versions.write_changelog(record, changes, batch, tag)
+                new = versions.write_changelog(record, encoded, batch, tag)
                 written = new.changelogs[-1].size
         assert new is not None
         group_state.update(StateRow(STATE_ROW_FORMAT_ROCKSDB, self.num_key_groups, new.to_bytes(), b"",

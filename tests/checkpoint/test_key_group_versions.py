@@ -35,7 +35,7 @@ def chain(tmp_path):
             record, _ = versions.write_base(record, str(tmp_path / f"ckpt-{batch}"), batch, tag,
                                             backend.state_metadata(), backend.raw_column_names(), retain_batches=100)
         else:
-            record = versions.write_changelog(record, changes, batch, tag)
+            record = versions.write_changelog(record, changes.encode(), batch, tag)
         expected = sorted(backend.iter_stored_records("count"))
         backend.close_key_group()
     backend.close()

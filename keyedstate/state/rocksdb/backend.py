@@ -44,6 +44,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     record_changes = False
     """Whether the database records every write (:meth:`RocksDatabase.take_changes`); the Spark key-group backend
     stores those as changelogs."""
+    collect_on_close = True
+    """A full garbage collection after closing (see :class:`RocksDatabase`)."""
 
     def __init__(
         self,
@@ -63,7 +65,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
         # sha256 of local SST files by (name, size): SSTs are immutable and a live database never reuses a number.
         self.sst_checksums: dict[tuple[str, int], str] = {}
-        self._database = RocksDatabase(self.path, self.options, self.record_changes)
+        self._database = RocksDatabase(self.path, self.options, self.record_changes,
+                                       collect_on_close=self.collect_on_close)
         self._remove_leftover_work_directories()
         self._load_metadata_from_database()
 
@@ -267,6 +270,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _stores(self) -> list[Any]:
         return [registered.store for registered in self._states.values()] + list(self._raw_columns.values())
 
+    def _family_names_of_registered(self) -> list[str]:
+        return [STATE_CF_PREFIX + name for name in self._states] + [RAW_CF_PREFIX + n for n in self._raw_columns]
+
     def _close_database(self) -> None:
         for store in self._stores():
             store.unbind(self.path)
@@ -276,7 +282,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         from dataclasses import replace
 
         self._database = RocksDatabase(self.path, replace(self.options, reuse_existing=reuse_existing),
-                                       self.record_changes)
+                                       self.record_changes, self._family_names_of_registered(),
+                                       self.collect_on_close)
         for store in self._stores():
             store.bind(self._database)
         self.sst_checksums = {}

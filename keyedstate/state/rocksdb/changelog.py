@@ -3,11 +3,13 @@ changelog and replayed on top of an older snapshot.
 
 Every write of the backend goes through a column family object or a write batch that :class:`RocksDatabase`
 hands out; while recording, those are :class:`RecordingFamily` / :class:`RecordingBatch`, which write to RocksDB
-and append the same operation to a :class:`ChangeLog`. Replaying the log in order on a database that held the
-state before the writes gives the state after them: puts, point deletes and range deletes are all idempotent
-per key, and the order is kept.
+and append the same operation to the database's list of operations. Replaying the operations in order on a database
+that held the state before the writes gives the state after them.
 
-Encoding (versioned, msgpack): ``[1, [family names], [op, family index, key, value-or-end, ...]]``.
+Encoding (versioned, msgpack): ``[1, [family names], [op, family index, key, value-or-end, ...]]``. Only the last
+point operation (put or delete) of each key is encoded: a key's final value is its last point operation followed by
+any later range delete, and both stay in order, so the earlier ones change nothing (a key updated for every element
+of a batch costs one entry).
 """
 
 from __future__ import annotations
@@ -23,15 +25,16 @@ __all__ = ["ChangeLog", "RecordingFamily", "RecordingBatch", "PUT", "DELETE", "D
 _VERSION = 1
 PUT, DELETE, DELETE_RANGE = 0, 1, 2
 
+Operation = tuple[int, str, bytes, Optional[bytes]]
+
 
 class ChangeLog:
     """Operations in the order they reached RocksDB: ``(op, family name, key, value or range end or None)``."""
 
-    __slots__ = ("ops", "byte_size")
+    __slots__ = ("ops",)
 
-    def __init__(self) -> None:
-        self.ops: list[tuple[int, str, bytes, Optional[bytes]]] = []
-        self.byte_size = 0
+    def __init__(self, ops: Optional[list[Operation]] = None) -> None:
+        self.ops: list[Operation] = ops if ops is not None else []
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -39,18 +42,17 @@ class ChangeLog:
     def __bool__(self) -> bool:
         return bool(self.ops)
 
-    def add(self, op: int, family: str, key: bytes, value: Optional[bytes]) -> None:
-        self.ops.append((op, family, key, value))
-        self.byte_size += len(key) + (len(value) if value is not None else 0)
-
-    def extend(self, other: "ChangeLog") -> None:
-        self.ops.extend(other.ops)
-        self.byte_size += other.byte_size
-
     def encode(self) -> bytes:
+        ops = self.ops
+        last: dict[tuple[str, bytes], int] = {}
+        for position, (op, family, key, _) in enumerate(ops):
+            if op != DELETE_RANGE:
+                last[(family, key)] = position
         families: dict[str, int] = {}
         flat: list[Any] = []
-        for op, family, key, value in self.ops:
+        for position, (op, family, key, value) in enumerate(ops):
+            if op != DELETE_RANGE and last[(family, key)] != position:
+                continue
             index = families.get(family)
             if index is None:
                 index = families[family] = len(families)
@@ -64,13 +66,13 @@ class ChangeLog:
             version, families, flat = msgpack.unpackb(data, raw=False)
             if version != _VERSION:
                 raise ValueError(f"changelog version {version} is not {_VERSION}")
-            log = cls()
+            ops = []
             for position in range(0, len(flat), 4):
                 op, index, key, value = flat[position:position + 4]
                 if op not in (PUT, DELETE, DELETE_RANGE):
                     raise ValueError(f"unknown operation {op!r}")
-                log.add(op, families[index], key, value)
-            return log
+                ops.append((op, families[index], key, value))
+            return cls(ops)
         except Exception as error:  # msgpack raises several unrelated types for garbage
             raise SnapshotCorruptedError(f"the state changelog {where} cannot be decoded ({error})") from error
 
@@ -98,37 +100,31 @@ class ChangeLog:
 
 
 class RecordingFamily:
-    """A rocksdict column family whose writes are also appended to a :class:`ChangeLog`.
+    """A rocksdict column family whose writes are also appended to the database's operations (``ops``, a list the
+    database empties in place when it hands a log out). Reads are the column family's own bound methods."""
 
-    Reads are the column family's own bound methods (no wrapper call on the read path).
-    """
-
-    def __init__(self, family: Any, name: str, log_of: Any) -> None:
+    def __init__(self, family: Any, name: str, ops: list[Operation]) -> None:
         self._family = family
         self._name = name
-        self._log_of = log_of  # a callable: the database's current log (None while not recording)
+        self._append = ops.append
+        self._put = family.put
+        self._delete = family.delete
         self.get = family.get
         self.items = family.items
         self.keys = family.keys
         self.iter = family.iter
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._family.put(key, value)
-        log = self._log_of()
-        if log is not None:
-            log.add(PUT, self._name, key, value)
+        self._put(key, value)
+        self._append((PUT, self._name, key, value))
 
     def delete(self, key: bytes) -> None:
-        self._family.delete(key)
-        log = self._log_of()
-        if log is not None:
-            log.add(DELETE, self._name, key, None)
+        self._delete(key)
+        self._append((DELETE, self._name, key, None))
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         self._family.delete_range(start, end)
-        log = self._log_of()
-        if log is not None:
-            log.add(DELETE_RANGE, self._name, start, end)
+        self._append((DELETE_RANGE, self._name, start, end))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._family, name)
@@ -139,23 +135,23 @@ class RecordingBatch:
 
     def __init__(self, batch: Any, family_names: dict[int, str]) -> None:
         self.batch = batch
-        self.log = ChangeLog()
+        self.ops: list[Operation] = []
         self._names = family_names  # id(handle) -> column family name
 
     def put(self, key: bytes, value: bytes, handle: Any) -> None:
         self.batch.put(key, value, handle)
-        self.log.add(PUT, self._names[id(handle)], key, value)
+        self.ops.append((PUT, self._names[id(handle)], key, value))
 
     def delete(self, key: bytes, handle: Any) -> None:
         self.batch.delete(key, handle)
-        self.log.add(DELETE, self._names[id(handle)], key, None)
+        self.ops.append((DELETE, self._names[id(handle)], key, None))
 
     def delete_range(self, start: bytes, end: bytes, handle: Any) -> None:
         self.batch.delete_range(start, end, handle)
-        self.log.add(DELETE_RANGE, self._names[id(handle)], start, end)
+        self.ops.append((DELETE_RANGE, self._names[id(handle)], start, end))
 
     def __len__(self) -> int:
         return len(self.batch)
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.log.ops)
+    def __iter__(self) -> Iterator[Operation]:
+        return iter(self.ops)

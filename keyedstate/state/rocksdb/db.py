@@ -11,12 +11,12 @@ import json
 import os
 import socket
 import time
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import rocksdict
 
 from keyedstate.errors import StateBackendLockedError
-from keyedstate.state.rocksdb.changelog import ChangeLog, RecordingBatch, RecordingFamily
+from keyedstate.state.rocksdb.changelog import PUT, ChangeLog, Operation, RecordingBatch, RecordingFamily
 from keyedstate.state.rocksdb.errors import is_lock_error, translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
@@ -46,10 +46,14 @@ class RocksDatabase:
     """An open rocksdict database in raw mode with its column families.
 
     With ``record_changes`` every write made through :meth:`column_family` objects and :meth:`new_batch` batches
-    is also appended to :attr:`changes` (see :mod:`keyedstate.state.rocksdb.changelog`).
+    is also recorded (:meth:`take_changes`; see :mod:`keyedstate.state.rocksdb.changelog`). ``families`` are
+    created at open when missing (one open instead of one creation per family). ``collect_on_close`` runs a full
+    garbage collection after closing, so handles held in reference cycles release the lock at once; owners that
+    unbind every handle themselves skip it (a collection costs tens of ms in a process with a large heap).
     """
 
-    def __init__(self, path: str, options: RocksDBOptions, record_changes: bool = False) -> None:
+    def __init__(self, path: str, options: RocksDBOptions, record_changes: bool = False,
+                 families: Iterable[str] = (), collect_on_close: bool = True) -> None:
         self.path = os.path.abspath(path)
         self.settings = options
         self.options = _built(options)
@@ -59,21 +63,29 @@ class RocksDatabase:
         self.column_families: dict[str, Any] = {}
         self.handles: dict[str, Any] = {}
         self._handle_names: dict[int, str] = {}
-        self.changes: Optional[ChangeLog] = ChangeLog() if record_changes else None
-        # A full collection costs tens of ms in a process with a large heap; a recording database's owner (the
-        # Spark key-group backend) unbinds every store before closing, and opening retries after a collection.
-        self.collect_on_close = not record_changes
+        self._recorded: Optional[list[Operation]] = [] if record_changes else None
+        self._wanted_families = set(families)
+        self.collect_on_close = collect_on_close
         self._open_with_retry()
+
+    @property
+    def records_changes(self) -> bool:
+        return self._recorded is not None
 
     def take_changes(self) -> ChangeLog:
         """The writes recorded since the last call (or the open); recording goes on with an empty log."""
-        if self.changes is None:
+        if self._recorded is None:
             raise RuntimeError("this database does not record changes")
-        changes, self.changes = self.changes, ChangeLog()
+        changes = ChangeLog(list(self._recorded))
+        self._recorded.clear()  # in place: every recording family appends to this list
         return changes
 
-    def _current_log(self) -> Optional[ChangeLog]:
-        return self.changes
+    def contents_as_changes(self) -> ChangeLog:
+        """Everything the database holds as puts: the changes of a database that was opened empty."""
+        ops: list[Operation] = []
+        for name, family in self.column_families.items():
+            ops += [(PUT, name, key, value) for key, value in family.items()]
+        return ChangeLog(ops)
 
     # ---- open / close ----------------------------------------------------------------------------------------------
 
@@ -107,7 +119,7 @@ class RocksDatabase:
         existing = [DEFAULT_CF]
         if os.path.exists(os.path.join(self.path, "CURRENT")):
             existing = rocksdict.Rdict.list_cf(self.path, self.options)
-        families = {name: self.options for name in existing if name != DEFAULT_CF}
+        families = {name: self.options for name in [*existing, *self._wanted_families] if name != DEFAULT_CF}
         self.db = rocksdict.Rdict(self.path, self.options, column_families=families)
         self.db.set_write_options(self.write_options)
         self.column_families = {}
@@ -125,8 +137,8 @@ class RocksDatabase:
             family.set_write_options(self.write_options)
         handle = self.handles[name] = self.db.get_column_family_handle(name)
         self._handle_names[id(handle)] = name
-        if self.changes is not None:
-            family = RecordingFamily(family, name, self._current_log)
+        if self._recorded is not None:
+            family = RecordingFamily(family, name, self._recorded)
         self.column_families[name] = family
         return family
 
@@ -197,17 +209,17 @@ class RocksDatabase:
         return sorted(name for name in self.column_families if name.startswith(prefix))
 
     def write(self, batch: Any) -> None:
-        recorded = batch.log if isinstance(batch, RecordingBatch) else None
+        recording = isinstance(batch, RecordingBatch)
         try:
-            self.db.write(batch.batch if recorded is not None else batch, self.write_options)
+            self.db.write(batch.batch if recording else batch, self.write_options)
         except Exception as error:
             raise translate(error, "write a batch", self.path) from error
-        if recorded is not None and self.changes is not None:
-            self.changes.extend(recorded)
+        if recording and self._recorded is not None:
+            self._recorded.extend(batch.ops)
 
     def new_batch(self, record: bool = True) -> Any:
         batch = rocksdict.WriteBatch(raw_mode=True)
-        if record and self.changes is not None:
+        if record and self._recorded is not None:
             return RecordingBatch(batch, self._handle_names)
         return batch
 

@@ -27,6 +27,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
     """Opened on the database at ``path``; :meth:`open_key_group` moves it to another key group's database."""
 
     record_changes = True
+    collect_on_close = False  # every store is unbound before the database closes
 
     def __init__(
         self,
@@ -44,11 +45,15 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
     def is_attached(self) -> bool:
         return self._attached
 
-    def open_key_group(self, path: str) -> None:
-        """Open the database at ``path`` as it is on disk (the caller prepared it) and bind every state to it."""
+    def open_key_group(self, path: str, record_changes: bool = True) -> None:
+        """Open the database at ``path`` as it is on disk (the caller prepared it) and bind every state to it.
+
+        Without ``record_changes`` (a database opened empty) :meth:`take_changes` returns the whole content
+        instead: cheaper than recording every write when everything is new anyway."""
         if self._attached:
             self.close_key_group()
         self.path = os.path.abspath(path)
+        self.record_changes = record_changes
         self._open_database(reuse_existing=True)
         self._attached = True
         self._restored_metadata = {}
@@ -63,9 +68,14 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
             self._attached = False
 
     def take_changes(self) -> ChangeLog:
-        """The writes since the database was opened or the last call."""
+        """The writes since the database was opened or the last call (all of its content when not recording)."""
         self._run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
-        return self._database.take_changes()
+        database = self._database
+        return database.take_changes() if database.records_changes else database.contents_as_changes()
+
+    def is_empty(self) -> bool:
+        """Whether no state and no raw column (timers) holds an entry."""
+        return self._database.is_empty()
 
     def replay(self, changes: ChangeLog) -> None:
         super().replay(changes)
