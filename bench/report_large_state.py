@@ -59,8 +59,22 @@ def _sizes(runs: dict) -> tuple[int | None, int | None]:
     return (SMALL if SMALL in sizes else sizes[0]), (LARGE if LARGE in sizes else sizes[-1])
 
 
+WHY = {
+    "growth": "RocksDB mode's later batch should cost what changed; growth with state means opening a key group's "
+              "database, its compactions or a base snapshot got slower with its size.",
+    "tws": "A RocksDB-mode call pays a fixed ~13 ms per key group and batch to open, flush and close its local "
+           "database (about 60% of it fsync, which rocksdict cannot turn off); 128 key groups cost ~0.85 s of wall "
+           "time per batch on 2 cores before any element, while transformWithStateInPandas pays per changed key "
+           "(4 JVM round trips here). Breakdown and next steps: bench/PROFILE-spark.md, RocksDB mode.",
+    "bytes": "RocksDB mode writes a changelog per key group and batch and, every 64 changelogs or when they "
+             "outgrow the base, a new base's new SSTs; more means bigger changelogs or bases written more often.",
+    "memory": "A RocksDB-mode worker holds one database open (block cache + write buffers) plus one key group's "
+              "elements; more means something is held across key groups.",
+}
+
+
 def _target(text: str, value: float | None, threshold: float, at_most: bool, measured: str, goal: str, short: str,
-            strict: bool = False) -> dict:
+            strict: bool = False, why: str | None = None) -> dict:
     """A target row in report.py's shape; ``score`` (>= 1: met) and ``label`` drive its targets plot."""
     if value is None:
         return {"issue": "17", "target": text, "measured": "-", "goal": goal, "status": "not measured in this run",
@@ -71,7 +85,7 @@ def _target(text: str, value: float | None, threshold: float, at_most: bool, mea
     status = "met" if met else f"**missed** ({off:.0f}% {'over' if at_most else 'short'})"
     return {"issue": "17", "target": text, "measured": measured, "goal": goal, "status": status, "value": value,
             "threshold": threshold, "score": score, "short": f"#17 {short}",
-            "label": f"{measured.split(' (')[0]} (target {goal})", "why": None}
+            "label": f"{measured.split(' (')[0]} (target {goal})", "why": None if met else why}
 
 
 def targets(rows: list[dict]) -> list[dict]:
@@ -87,7 +101,7 @@ def targets(rows: list[dict]) -> list[dict]:
     out.append(_target(f"RocksDB mode later-batch time, {pair}", growth, 1.5, True,
                        growth and f"{growth:.2f}x ({_time(rocks_large):.2f} s vs "
                                   f"{_time(runs[('rocksdb', small)]):.2f} s, median later batch)",
-                       "<= 1.5x", "RocksDB mode time, large / small state"))
+                       "<= 1.5x", "RocksDB mode time, large / small state", why=WHY["growth"]))
     tws_sizes = sorted(k for (v, k) in runs if v == "tws")
     tws_at = large if large in tws_sizes else (tws_sizes[-1] if tws_sizes else None)
     speedup = None
@@ -97,20 +111,20 @@ def targets(rows: list[dict]) -> list[dict]:
     out.append(_target(f"RocksDB mode speed per later batch vs transformWithStateInPandas, {at}", speedup, 4, False,
                        speedup and f"{speedup:.2f}x (tws {_time(runs[('tws', tws_at)]):.2f} s vs "
                                    f"{_time(rocks_large):.2f} s, median later batch{stand_in})",
-                       ">= 4x", "RocksDB mode vs TWS per batch"))
+                       ">= 4x", "RocksDB mode vs TWS per batch", why=WHY["tws"]))
     heap_large = runs.get(("heap", large)) if large else None
     written = rocks_large and _bytes(rocks_large) / 1e6
     row_mode = (f"row mode {_bytes(heap_large) / 1e6:,.1f} MB in this run" if heap_large
                 else f"row mode measured earlier: {EARLIER_ROW_MODE['bytes']}")
     out.append(_target(f"bytes written durably per later batch, RocksDB mode, {at}", written, 10, True,
                        written is not None and f"{written:.2f} MB ({row_mode})", "<= 10 MB",
-                       "RocksDB mode durable MB / batch"))
+                       "RocksDB mode durable MB / batch", why=WHY["bytes"]))
     memory = rocks_large and _memory(rocks_large)
     row_mode = (f"row mode {_memory(heap_large):,.0f} MB in this run" if heap_large
                 else f"row mode measured earlier: {EARLIER_ROW_MODE['memory']}")
     out.append(_target(f"Python worker peak memory, RocksDB mode, {at}", memory, 600, True,
                        memory is not None and f"{memory:,.0f} MB ({row_mode})", "< 600 MB",
-                       "RocksDB mode worker peak MB", strict=True))
+                       "RocksDB mode worker peak MB", strict=True, why=WHY["memory"]))
     return out
 
 
