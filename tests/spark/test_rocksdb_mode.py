@@ -4,6 +4,7 @@ durable storage holds base snapshots, changelogs and nothing a retained version 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import shutil
 from pathlib import Path
 
@@ -156,7 +157,8 @@ def test_missing_state_files_fail_naming_the_storage_the_key_group_and_the_batch
         run_batches(spark, tmp_path, range(2, 3), **rocksdb_backend(tmp_path))
     message = str(failure.value)
     assert "missing or unreadable" in message and str(operator_dir) in message
-    assert "keyed_process key group" in message and ", batch 2:" in message
+    # the batch number depends on how many no-data batches Spark ran for the watermark in between
+    assert re.search(r"keyed_process key group \d+, batch \d+: file kg-\d+/\S+ of key group \d+", message)
 
 
 def test_storage_that_refuses_writes_fails_the_batch_naming_it_and_nothing_committed_is_lost(spark, tmp_path):
