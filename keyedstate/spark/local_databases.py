@@ -8,7 +8,8 @@ Layout below the local directory::
                                          call runs or after one failed)
     <query id>/<uid>/kg-00007.lock       flock'ed by the worker process that uses the database (any process on the
                                          machine may run the key group's next call)
-    idle/<pid>/                          each worker process's empty database (holds the states' registrations)
+    idle/<pid>-<n>/                      each store's empty database in a worker process (holds the states'
+                                         registrations; one per query a worker runs)
 
 Spark does not say when an executor stops running a key group, so a database whose tag is older than
 :data:`IDLE_SECONDS` is removed (under its lock); if the key group comes back, it is rebuilt from storage.
@@ -54,10 +55,10 @@ class LocalDatabases:
     def idle_path(self) -> str:
         """This process's idle database; those of processes that are gone are removed."""
         for directory in glob.glob(os.path.join(self.root, "idle", "*")):
-            pid = os.path.basename(directory)
+            pid = os.path.basename(directory).split("-")[0]
             if pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(directory, ignore_errors=True)
-        idle = os.path.join(self.root, "idle", str(os.getpid()))
+        idle = os.path.join(self.root, "idle", f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
         shutil.rmtree(idle, ignore_errors=True)
         return idle
 

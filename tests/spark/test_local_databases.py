@@ -44,7 +44,8 @@ def test_a_database_in_use_is_neither_removed_nor_opened_twice(tmp_path):
 
 
 def test_idle_databases_of_processes_that_are_gone_are_removed(tmp_path):
-    gone = tmp_path / "idle" / "999999999"
+    gone = tmp_path / "idle" / "999999999-abcd"
     gone.mkdir(parents=True)
-    idle = LocalDatabases(str(tmp_path)).idle_path()
-    assert not gone.exists() and idle.endswith(str(os.getpid()))
+    first, second = LocalDatabases(str(tmp_path)).idle_path(), LocalDatabases(str(tmp_path)).idle_path()
+    assert not gone.exists() and first != second  # two queries in one worker never share one
+    assert os.path.basename(first).startswith(f"{os.getpid()}-")

@@ -176,3 +176,10 @@ def test_storage_that_refuses_writes_fails_the_batch_naming_it_and_nothing_commi
     heap = tmp_path / "heap"
     run_batches(spark, heap, range(8), state_backend="heap")
     assert output_of(spark, tmp_path) == output_of(spark, heap)
+
+
+def test_without_state_storage_a_local_query_uses_the_default_storage(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv("KEYEDSTATE_STATE_STORAGE", str(tmp_path / "default-storage"))  # read on the driver
+    run_batches(spark, tmp_path, range(2), state_backend="rocksdb", state_local_dir=str(tmp_path / "local"))
+    assert list((tmp_path / "default-storage").glob("*/CountListAndQuiet/kg-*/c*.log"))
+    assert read_keyed_state(spark, str(tmp_path / "checkpoint"))
