@@ -96,71 +96,47 @@ def test_a_user_exception_names_function_key_and_element_and_the_checkpoint_surv
     assert sorted(tuple(r) for r in output) == [("a", 1), ("b", 1), ("b", 2)]
 
 
-def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path, state_backend):
+def failure_after_restart(spark, tmp_path, first: dict, second: dict) -> str:
+    """Run 20 keys with the ``first`` keyed_process arguments, then restart from the same checkpoint with the
+    ``second``: the message the restarted query fails with."""
     rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
-    write_input(tmp_path / "in", 0, rows)
-    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", num_key_groups=7, sink_path=tmp_path / "out",
-                        **state_backend)
-    query.processAllAvailable()
-    query.stop()
-    write_input(tmp_path / "in", 1, rows)
-    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", num_key_groups=5, sink_path=tmp_path / "out",
-                        **state_backend)
-    try:
-        with pytest.raises(StreamingQueryException) as failure:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    assert "num_key_groups=7" in str(failure.value) and "num_key_groups=5" in str(failure.value)
+    for index, arguments in enumerate((first, second)):
+        write_input(tmp_path / "in", index, rows)
+        query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                            output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **arguments)
+        try:
+            if index == 0:
+                query.processAllAvailable()
+            else:
+                with pytest.raises(StreamingQueryException) as failure:
+                    query.processAllAvailable()
+        finally:
+            query.stop()
+    return str(failure.value)
+
+
+def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path, state_backend):
+    message = failure_after_restart(spark, tmp_path, {"num_key_groups": 7, **state_backend},
+                                    {"num_key_groups": 5, **state_backend})
+    assert "num_key_groups=7" in message and "num_key_groups=5" in message
 
 
 def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_schema_check(spark, tmp_path, state_backend):
     # The layouts group by columns of different types (int, bigint), so the new layout can never silently read the
     # old rows as empty state: Spark compares the key schema with the checkpoint's before the first batch runs.
-    rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
-    write_input(tmp_path / "in", 0, rows)
-    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", key_group_layout="identity",
-                        sink_path=tmp_path / "out", **state_backend)
-    query.processAllAvailable()
-    query.stop()
+    message = failure_after_restart(spark, tmp_path, {"key_group_layout": "identity", **state_backend}, state_backend)
     first_run = spark.read.schema("user STRING, count BIGINT").json(str(tmp_path / "out")).collect()
     assert sorted(tuple(r) for r in first_run) == sorted((f"u{i}", 1) for i in range(20))
-    write_input(tmp_path / "in", 1, rows)
-    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **state_backend)
-    try:
-        with pytest.raises(StreamingQueryException) as failure:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    message = str(failure.value)
     assert "key schema" in message and "_keyedstate_key_group,IntegerType" in message
     assert "_keyedstate_key_group,LongType" in message
 
 
 def test_restarting_with_another_state_backend_is_refused(spark, tmp_path, state_backend):
-    rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
-    write_input(tmp_path / "in", 0, rows)
-    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **state_backend)
-    query.processAllAvailable()
-    query.stop()
     other = "heap" if state_backend["state_backend"] == "rocksdb" else "rocksdb"
     other_arguments = {"state_backend": other}
     if other == "rocksdb":
         other_arguments["state_storage"] = str(tmp_path / "state-storage")
-    write_input(tmp_path / "in", 1, rows)
-    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **other_arguments)
-    try:
-        with pytest.raises(StreamingQueryException) as failure:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    message = str(failure.value)
+    message = failure_after_restart(spark, tmp_path, state_backend, other_arguments)
     assert f"written with state_backend='{state_backend['state_backend']}'" in message
     assert f"now runs with state_backend='{other}'" in message and "key group" in message and "batch" in message
 

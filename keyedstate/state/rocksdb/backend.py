@@ -100,12 +100,15 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._put_metadata(descriptor.name, metadata)
         return STATE_CF_PREFIX + descriptor.name
 
-    def _load_metadata_from_database(self) -> None:
-        database = self._database.db
-        for key, value in database.items(from_key=_METADATA_PREFIX):
+    def _stored_metadata(self) -> Iterator[StateMetadata]:
+        """The metadata of every state the database describes (registered or not)."""
+        for key, value in self._database.db.items(from_key=_METADATA_PREFIX):
             if not key.startswith(_METADATA_PREFIX):
                 break
-            metadata = StateMetadata.from_json(json.loads(value))
+            yield StateMetadata.from_json(json.loads(value))
+
+    def _load_metadata_from_database(self) -> None:
+        for metadata in self._stored_metadata():
             if metadata.name not in self._states:
                 self._restored_metadata[metadata.name] = metadata
 

@@ -9,13 +9,12 @@ and re-bound to each database; the writes of a call are recorded (:mod:`keyedsta
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Optional
 
 from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM
 from keyedstate.state.base.backend import StateMetadata, TtlClock, system_clock_ms
-from keyedstate.state.rocksdb.backend import _METADATA_PREFIX, RocksDBKeyedStateBackend
+from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.db import STATE_CF_PREFIX
 from keyedstate.state.rocksdb.options import RocksDBOptions
@@ -112,9 +111,5 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
                 del self._restored_metadata[name]
 
     def _load_metadata_from_database(self) -> None:
-        default = self._database.db
-        for key, value in default.items(from_key=_METADATA_PREFIX):
-            if not key.startswith(_METADATA_PREFIX):
-                break
-            metadata = StateMetadata.from_json(json.loads(value))
-            self._restored_metadata[metadata.name] = metadata
+        # registered states too: _check_registered_against_database compares them with their descriptors
+        self._restored_metadata.update((metadata.name, metadata) for metadata in self._stored_metadata())
