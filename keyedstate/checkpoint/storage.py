@@ -281,7 +281,7 @@ class CheckpointStorage:
         except OSError as error:
             logger.warning("checkpoint retention could not delete %s: %s", relative, error)
 
-    # ---- plain file access (the key-group version chain, keyedstate.checkpoint.key_group_versions) --------------
+    # ---- plain file access (the key-group version chain, keyedstate.state.rocksdb.versions) --------------
 
     def read_bytes(self, relative: str) -> bytes:
         """A whole file; SnapshotCorruptedError names it when it is missing or unreadable."""

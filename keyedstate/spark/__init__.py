@@ -11,7 +11,7 @@ from keyedstate.spark.api import (
     main_output,
     side_output,
 )
-from keyedstate.checkpoint.key_group_versions import SnapshotPolicy
+from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
 from keyedstate.spark.state_reader import read_keyed_state
 

@@ -37,7 +37,7 @@ from keyedstate.spark.group_function import (
 )
 from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
-from keyedstate.checkpoint.key_group_versions import SnapshotPolicy
+from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.key_group_store import HEAP
 from keyedstate.spark.row_format import STATE_ROW_SCHEMA_DDL
 from keyedstate.spark.state_backend_options import resolve_rocksdb_mode

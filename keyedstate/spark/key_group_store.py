@@ -29,8 +29,6 @@ class KeyGroupStore(ABC):
     """Loads a key group's state into :attr:`backend` and saves it into the group's Spark state row."""
 
     backend: Any
-    writes_timer_blob: bool
-    """Whether the row carries the timers (row mode) or the backend stores them (RocksDB mode)."""
 
     @abstractmethod
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:

@@ -2,7 +2,7 @@
 the executor; a call writes durably only what it changed.
 
 The commit protocol. Python gets no end-of-task hook, so the key group's Spark state row stays the commit record.
-It carries a :class:`~keyedstate.checkpoint.key_group_versions.VersionRecord`: the version's tag (unique per
+It carries a :class:`~keyedstate.state.rocksdb.versions.VersionRecord`: the version's tag (unique per
 call), the base snapshot it builds on and the changelogs since, in durable storage (``state_storage``). A call:
 
 1. reads the row. The local database (``<local dir>/<query id>/<uid>/kg-NNNNN``) is used as it is only when its
@@ -10,7 +10,7 @@ call), the base snapshot it builds on and the changelogs since, in durable stora
    The ``TAG`` file is removed before the database is opened, so a call that dies half-way leaves no tag.
 2. runs timers and elements on the database, recording every write.
 3. stores the writes as one changelog file, or, when the changelogs since the base grow past the
-   :class:`~keyedstate.checkpoint.key_group_versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
+   :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
    are uploaded), and writes the row naming the new version.
 4. closes (flushes) the database and writes the new ``TAG``.
 
@@ -30,7 +30,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Optional
 
-from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.spark.compat import current_query_id
 from keyedstate.spark.key_group_store import ROCKSDB, KeyGroupStore, committed_row
@@ -65,8 +65,6 @@ def default_state_storage() -> str:
 
 class RocksDBKeyGroupStore(KeyGroupStore):
     """One per worker process and query definition; points its backend at one key group's database per call."""
-
-    writes_timer_blob = False
 
     def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str, local_dir: Optional[str],
                  uid: str, options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,

@@ -6,7 +6,7 @@ Row schema (fixed, so Spark's state schema check never trips over keyedstate upg
                           2 = the state lives in RocksDB and durable files; the row carries their version record
     key_groups    int     num_key_groups the query was started with; a restart with another number is refused
     state         binary  format 1: every state's records of the group in the shared stored-key layout (msgpack);
-                          format 2: the version record (keyedstate.checkpoint.key_group_versions.VersionRecord)
+                          format 2: the version record (keyedstate.state.rocksdb.versions.VersionRecord)
     timers        binary  format 1: the group's timers (timers' versioned key-group encoding); format 2: empty
     base_snapshot long    format 2: the batch of the base snapshot the version builds on (null before the first)
     tag           string  format 2: the version's tag (unique per call that wrote it)

@@ -19,8 +19,6 @@ __all__ = ["RowKeyGroupStore"]
 class RowKeyGroupStore(KeyGroupStore):
     """One heap backend reused for every key group the worker runs (reset between groups)."""
 
-    writes_timer_blob = True
-
     def __init__(self, num_key_groups: int, ttl_clock: Any) -> None:
         self.num_key_groups = num_key_groups
         # Values are serialized when the row is written at the end of the call, which fails the whole (atomic)

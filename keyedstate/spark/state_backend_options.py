@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Optional
 
-from keyedstate.checkpoint.key_group_versions import SnapshotPolicy
+from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotError
 from keyedstate.spark.key_group_store import HEAP, ROCKSDB, STATE_BACKENDS
@@ -13,7 +12,6 @@ from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = ["resolve_rocksdb_mode"]
 
-_UID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _DEFAULT_RETAIN_BATCHES = 100  # Spark's default spark.sql.streaming.minBatchesToRetain
 
 
@@ -39,9 +37,11 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
         raise ConfigurationError(f"snapshot_policy must be a keyedstate.spark.SnapshotPolicy, got "
                                  f"{type(snapshot_policy).__qualname__}")
     uid = uid if uid is not None else type(function).__qualname__.replace("<", "").replace(">", "")
-    if not isinstance(uid, str) or not _UID.match(uid):
+    try:
+        CheckpointStorage.check_scope(uid)  # the same rule: it names a directory in the storage
+    except ConfigurationError:
         raise ConfigurationError(f"uid must be 1-200 letters, digits, '.', '_' or '-' (it names a directory), got "
-                                 f"{uid!r}")
+                                 f"{uid!r}") from None
     conf = df.sparkSession.conf
     if state_storage is None:
         master = str(conf.get("spark.master", "local"))

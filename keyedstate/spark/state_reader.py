@@ -12,7 +12,7 @@ import tempfile
 from typing import Any, Iterable, Optional, Sequence
 
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
-from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, VersionRecord
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
 from keyedstate.state.base.backend import StateMetadata
@@ -94,8 +94,7 @@ def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descript
         try:
             for changelog in changelogs:
                 backend.replay(changelog)
-            states = [(backend._restored_metadata[name], list(backend.iter_stored_records(name)))
-                      for name in backend.stored_state_names() if name in backend._restored_metadata]
+            states = backend.export_records()
             timers = []
             for name in backend.raw_column_names():
                 domain = "event_time" if name.startswith("_timer_state/event_") else "processing_time"

@@ -12,7 +12,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
-from keyedstate.checkpoint.key_group_versions import SnapshotPolicy
+from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark import read_keyed_state
 from tests.spark.file_stream import start_query, write_input
 

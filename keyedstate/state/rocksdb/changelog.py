@@ -14,7 +14,7 @@ of a batch costs one entry).
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import msgpack
 
@@ -85,7 +85,7 @@ class ChangeLog:
             handle = handles.get(family)
             if handle is None:
                 database.column_family(family)
-                handle = handles[family] = database.raw_handle(family)
+                handle = handles[family] = database.handles[family]
             if op == PUT:
                 batch.put(key, value, handle)
             elif op == DELETE:
@@ -152,6 +152,3 @@ class RecordingBatch:
 
     def __len__(self) -> int:
         return len(self.batch)
-
-    def __iter__(self) -> Iterator[Operation]:
-        return iter(self.ops)

@@ -142,9 +142,6 @@ class RocksDatabase:
         self.column_families[name] = family
         return family
 
-    def raw_handle(self, name: str) -> Any:
-        return self.handles[name]
-
     def _clear_default(self) -> None:
         default = self.column_families[DEFAULT_CF]
         for key in list(self.db.keys()):

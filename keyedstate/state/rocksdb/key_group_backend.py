@@ -40,10 +40,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
                          options=options or RocksDBOptions(reuse_existing=True))
         self._attached = True
 
-    @property
-    def is_attached(self) -> bool:
-        return self._attached
-
     def open_key_group(self, path: str, record_changes: bool = True) -> None:
         """Open the database at ``path`` as it is on disk (the caller prepared it) and bind every state to it.
 

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from keyedstate import Types, ValueStateDescriptor
-from keyedstate.checkpoint.key_group_versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
