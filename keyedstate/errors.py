@@ -8,6 +8,7 @@ from __future__ import annotations
 __all__ = [
     "KeyedStateError",
     "ConfigurationError",
+    "FunctionShippingError",
     "SerializationError",
     "UnsupportedKeyTypeError",
     "StateTypeMismatchError",
@@ -98,6 +99,11 @@ class InvalidTimestampError(KeyedStateError, ValueError):
 
 class UserFunctionError(KeyedStateError):
     """User code (open, process_element, on_timer, close) raised; the original exception is chained as __cause__."""
+
+
+class FunctionShippingError(ConfigurationError):
+    """The function cannot be sent to Spark's Python workers: it does not pickle, or the workers cannot import its
+    class."""
 
 
 class InvalidOutputError(KeyedStateError, TypeError):

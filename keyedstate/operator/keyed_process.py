@@ -147,8 +147,10 @@ class KeyedProcessOperator:
         timer_calls.collecting = True
         index = start = 0
         try:
+            mark_key = self.outputs.mark_key
             for key, prefix, start, end in runs:
                 set_key(key, prefix)
+                mark_key(key)
                 for index in range(start, end):
                     timestamp = timestamps[index]
                     context._timestamp = timestamp
@@ -207,6 +209,7 @@ class KeyedProcessOperator:
         context._domain = domain
         self.timers_fired += 1
         try:
+            self.outputs.mark_key(self.backend.get_current_key())
             result = self.function.on_timer(timestamp, context)
             self.outputs.collect(result, output_timestamp, lambda: f"{self.function_name}.on_timer")
         except Exception as error:

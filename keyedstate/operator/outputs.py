@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from types import GeneratorType
 from typing import Any, Callable, Iterable, Optional
 
@@ -11,18 +12,34 @@ from keyedstate.errors import InvalidOutputError
 __all__ = ["OutputBuffer"]
 
 _NOT_ITERABLE_RESULTS = (str, bytes, bytearray, dict)
+_RECORD_TYPES = (tuple, list, dict)  # a returned tuple of these is a tuple of records
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...)"
 
 
 class OutputBuffer:
     """Main output as parallel lists of records and timestamps (cheap to turn into one DataFrame), side outputs
     as lists of ``(value, timestamp)`` per tag id."""
 
-    __slots__ = ("records", "timestamps", "side_outputs")
+    __slots__ = ("records", "timestamps", "side_outputs", "key_marks")
 
     def __init__(self) -> None:
         self.records: list[Any] = []
         self.timestamps: list[Optional[int]] = []
         self.side_outputs: dict[str, list[tuple[Any, Optional[int]]]] = {}
+        self.key_marks: list[tuple[int, Any]] = []
+        """``(index of the first record, key)`` each time the key changed: errors about a record name its key."""
+
+    def mark_key(self, key: Any) -> None:
+        self.key_marks.append((len(self.records), key))
+
+    def key_of(self, marks: list[tuple[int, Any]], index: int) -> Any:
+        """The key whose call produced record ``index`` of a drained list, given the marks taken with it."""
+        position = bisect_right(marks, index, key=lambda mark: mark[0]) - 1
+        return marks[position][1] if position >= 0 else None
 
     def emit_side(self, tag: OutputTag, value: Any, timestamp: Optional[int]) -> None:
         if not isinstance(tag, OutputTag):
@@ -41,6 +58,13 @@ class OutputBuffer:
                 f"{describe()} returned a {type(result).__qualname__}; it must yield output records (be a generator) "
                 f"or return an iterable of records or None"
             )
+        if isinstance(result, tuple) and result and not isinstance(result[0], _RECORD_TYPES):
+            # `return "a", 1` would be walked as the two records "a" and 1
+            record = _short(result)[1:-1] if type(result) is tuple else _short(result)
+            raise InvalidOutputError(
+                f"{describe()} returned the tuple {_short(result)}, which would be read as {len(result)} separate "
+                f"records; yield the record instead (`yield {record}`), or return a list of records"
+            )
         records = self.records
         timestamps = self.timestamps
         for record in result:
@@ -57,7 +81,7 @@ class OutputBuffer:
 
     def drain(self) -> tuple[list[Any], list[Optional[int]]]:
         records, timestamps = self.records, self.timestamps
-        self.records, self.timestamps = [], []
+        self.records, self.timestamps, self.key_marks = [], [], []
         return records, timestamps
 
     def drain_side(self, tag_id: str) -> list[tuple[Any, Optional[int]]]:

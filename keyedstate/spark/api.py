@@ -27,6 +27,7 @@ from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import MAX_MAX_PARALLELISM
 from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, shuffle_partitions
+from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_function import (
     EVENT_TIME,
     METRICS_SCHEMA_DDL,
@@ -55,6 +56,7 @@ __all__ = [
     "side_output",
 ]
 
+INTERNAL_COLUMN_PREFIX = "_keyedstate_"
 KEY_GROUP_COLUMN = "_keyedstate_key_group"
 EVENT_TIME_MS_COLUMN = "_keyedstate_event_time_ms"
 DEFAULT_NUM_KEY_GROUPS = 128
@@ -65,10 +67,18 @@ def _schema(schema: Union[StructType, str], what: str) -> StructType:
     if isinstance(schema, StructType):
         return schema
     if isinstance(schema, str):
-        parsed = _parse_datatype_string(schema)
+        try:
+            parsed = _parse_datatype_string(schema)
+        except Exception as error:  # Spark's parser raises its own ParseException (or a JVM error on Connect)
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ConfigurationError(
+                f"{what} {schema!r} is not a valid DDL schema ({reason}); write it as 'name TYPE, ...' such as "
+                f"'user STRING, count BIGINT', or pass a StructType"
+            ) from error
         if isinstance(parsed, StructType):
             return parsed
-    raise ConfigurationError(f"{what} must be a StructType or a DDL string such as 'user STRING, count BIGINT'")
+    raise ConfigurationError(f"{what} must be a StructType or a DDL string such as 'user STRING, count BIGINT', "
+                             f"got {schema!r}")
 
 
 def _column_types(df: DataFrame) -> dict[str, DataType]:
@@ -134,6 +144,19 @@ def _keep_late_events(df: DataFrame) -> DataFrame:
     return df.select(*columns, anchor)
 
 
+def _check_watermark(df: DataFrame, event_time_column: str) -> None:
+    """Event-time timers need Spark's event-time timeout, which needs a watermark upstream; Spark says so only when
+    the query starts, in its own words."""
+    if not df.isStreaming:
+        return
+    if not any(_WATERMARK_METADATA_KEY in (field.metadata or {}) for field in df.schema.fields):
+        raise ConfigurationError(
+            f"time_mode='event_time' needs a watermark on the input stream, and it has none: add "
+            f"df.withWatermark({event_time_column!r}, '10 seconds') (the delay is how late elements may arrive) "
+            f"before keyed_process, or use time_mode='processing_time'"
+        )
+
+
 def _prepare(
     df: DataFrame, key_columns: Sequence[str], event_time_column: Optional[str], time_mode: str,
     num_key_groups: Optional[int], drop_late_events: bool = False, key_group_layout: str = BALANCED,
@@ -148,9 +171,9 @@ def _prepare(
     types = _column_types(df)
     time_ms_column = None
     if event_time_column is not None:
-        if event_time_column not in types:
+        if event_time_column not in types or event_time_column.startswith(INTERNAL_COLUMN_PREFIX):
             raise ConfigurationError(
-                f"event_time_column {event_time_column!r} is not in the DataFrame (columns: {', '.join(df.columns)})"
+                f"event_time_column {event_time_column!r} is not in the DataFrame (columns: {', '.join(value_columns)})"
             )
         column_type = types[event_time_column]
         if isinstance(column_type, (TimestampType, TimestampNTZType)):
@@ -162,6 +185,8 @@ def _prepare(
                 f"event_time_column {event_time_column!r} has type {column_type.simpleString()}; it must be a "
                 f"timestamp (or a bigint of epoch milliseconds). Convert it with to_timestamp(...) first"
             )
+        if time_mode == EVENT_TIME:
+            _check_watermark(df, event_time_column)
         df = df.withColumn(EVENT_TIME_MS_COLUMN, millis)
         time_ms_column = EVENT_TIME_MS_COLUMN
     elif time_mode == EVENT_TIME:
@@ -245,7 +270,9 @@ def apply_in_pandas_with_state_args(
     timeout = (
         GROUP_STATE_TIMEOUT.EventTimeTimeout if time_mode == EVENT_TIME else GROUP_STATE_TIMEOUT.ProcessingTimeTimeout
     )
-    args = (make_group_function(spec, function), layout.output_schema, STATE_ROW_SCHEMA_DDL, "append", timeout)
+    shipped = ShippedFunction(function)
+    shipped.check()  # an attribute that cannot be pickled is named now, not in Spark's stack trace at start()
+    args = (make_group_function(spec, shipped), layout.output_schema, STATE_ROW_SCHEMA_DDL, "append", timeout)
     return prepared, grouping, args
 
 

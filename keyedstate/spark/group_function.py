@@ -26,6 +26,7 @@ from keyedstate.serialization import encode_key, encode_keys_with_prefix
 from keyedstate.spark.compat import current_batch_id, task_attempt_number, task_partition_id, watermark_or_none
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of
 from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, rows_builder
 from keyedstate.spark.key_group_store import HEAP, KeyGroupStore, check_recorded_key_groups
 from keyedstate.spark.row_format import StateRow
@@ -117,6 +118,8 @@ class _GroupRuntime:
             output = self._run(key_group, frames, group_state, batch_id, where)
             succeeded = True
         except KeyedStateError as error:
+            if str(error).startswith(where):  # raised with the location already (output conversion)
+                raise
             raise type(error)(f"{where}: {error}") from error
         finally:
             try:
@@ -177,6 +180,7 @@ class _GroupRuntime:
         self.backend.cleanup_expired_state()
         keys_with_state = self.store.keys_with_state() if self.spec.emit_metrics else 0
         state_bytes = self._persist(key_group, group_state, batch_id, watermark, now)
+        marks = operator.outputs.key_marks
         records, _ = operator.outputs.drain()
         side = operator.outputs.drain_all_side()
         if self.spec.emit_metrics:
@@ -187,7 +191,8 @@ class _GroupRuntime:
             ), None))
         if not records and not side:
             return None
-        return self.spec.layout.to_pandas(records, side, where)
+        return self.spec.layout.to_pandas(records, side, f"{where}, output of {operator.function_name}",
+                                          lambda index: operator.outputs.key_of(marks, index))
 
     def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
         spec = self.spec
@@ -268,20 +273,22 @@ _RUNTIMES: dict[str, _GroupRuntime] = {}
 
 
 def make_group_function(spec: GroupFunctionSpec, function: Any) -> Any:
-    """The callable for ``applyInPandasWithState``; the runtime is created once per worker process and query."""
+    """The callable for ``applyInPandasWithState``; the runtime is created once per worker process and query.
+    ``function`` is a ``KeyedProcessFunction`` or its :class:`ShippedFunction`."""
+    shipped = function if isinstance(function, ShippedFunction) else ShippedFunction(function)
 
     def keyed_group_function(grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
-        return _runtime(spec, function).run(grouping_key, frames, group_state)
+        return _runtime(spec, shipped).run(grouping_key, frames, group_state)
 
     return keyed_group_function
 
 
-def _runtime(spec: GroupFunctionSpec, function: Any) -> _GroupRuntime:
+def _runtime(spec: GroupFunctionSpec, shipped: ShippedFunction) -> _GroupRuntime:
     # A module-level function, so cloudpickle ships the closure above with a reference to it: naming _RUNTIMES in
     # the closure would ship the driver's dict by value, with every runtime a driver-side call ever created.
     runtime = _RUNTIMES.get(spec.runtime_id)
     if runtime is None:
-        runtime = _RUNTIMES[spec.runtime_id] = _GroupRuntime(spec, function)
+        runtime = _RUNTIMES[spec.runtime_id] = _GroupRuntime(spec, shipped.get())
     return runtime
 
 

@@ -6,7 +6,7 @@ records are validated here: shape first (tuple arity, dict keys), then each colu
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
 import pyarrow as pa
@@ -50,31 +50,31 @@ class OutputLayout:
 
     # ---- records -> rows ---------------------------------------------------------------------------------------
 
-    def _as_tuple(self, record: Any, names: Sequence[str], where: str) -> tuple[Any, ...]:
+    def _as_tuple(self, record: Any, names: Sequence[str]) -> tuple[Any, ...]:
         if isinstance(record, dict):
             missing = [n for n in names if n not in record]
             extra = [k for k in record if k not in names]
             if missing or extra:
                 raise InvalidOutputError(
-                    f"{where}: a dict record does not match the output schema ({', '.join(names)}): "
+                    f"a dict record does not match the output schema ({', '.join(names)}): "
                     f"{'missing ' + ', '.join(missing) if missing else ''}"
                     f"{'; unexpected ' + ', '.join(map(str, extra)) if extra else ''}. Record: {_short(record)}"
                 )
             return tuple(record[n] for n in names)
         as_dict = getattr(record, "asDict", None)  # pyspark Row
         if callable(as_dict) and getattr(record, "__fields__", None):
-            return self._as_tuple(as_dict(), names, where)
+            return self._as_tuple(as_dict(), names)
         if isinstance(record, (tuple, list)):
             if len(record) != len(names):
                 raise InvalidOutputError(
-                    f"{where}: a record has {len(record)} fields but the output schema has {len(names)} "
+                    f"a record has {len(record)} fields but the output schema has {len(names)} "
                     f"({', '.join(names)}). Record: {_short(record)}"
                 )
             return tuple(record)
         if len(names) == 1:
             return (record,)
         raise InvalidOutputError(
-            f"{where}: a {type(record).__qualname__} record cannot fill the {len(names)} output columns "
+            f"a {type(record).__qualname__} record cannot fill the {len(names)} output columns "
             f"({', '.join(names)}); yield a tuple, a dict or a Row. Record: {_short(record)}"
         )
 
@@ -83,9 +83,19 @@ class OutputLayout:
         records: list[Any],
         side_outputs: dict[str, list[tuple[Any, Optional[int]]]],
         where: str,
+        key_of: Optional[Callable[[int], Any]] = None,
     ) -> pd.DataFrame:
+        """``key_of(i)``: the key whose call produced ``records[i]``, named in errors."""
         names = self.main_names
-        rows = [self._as_tuple(record, names, where) for record in records]
+        try:
+            rows = [self._as_tuple(record, names) for record in records]
+        except InvalidOutputError:
+            for index, record in enumerate(records):  # again, only to find the record and name its key
+                try:
+                    self._as_tuple(record, names)
+                except InvalidOutputError as error:
+                    raise InvalidOutputError(f"{_at(where, key_of, index)}: {error}") from None
+            raise
         if not self.side_schemas:
             if side_outputs:
                 tags = ", ".join(sorted(side_outputs))
@@ -96,7 +106,7 @@ class OutputLayout:
             frame = pd.DataFrame.from_records(rows, columns=names) if rows else pd.DataFrame(
                 {n: pd.Series([], dtype=object) for n in names}
             )
-            return self._checked(frame, where)
+            return self._checked(frame, where, key_of)
         columns: dict[str, list[Any]] = {n: [row[i] for row in rows] for i, n in enumerate(names)}
         total = len(rows)
         tag_column: list[Optional[str]] = [None] * total
@@ -112,36 +122,45 @@ class OutputLayout:
                 for name in names:
                     columns[name].append(None)
                 tag_column.append(tag_id)
+                try:
+                    side_row = dict(zip(side_names, self._as_tuple(value, side_names)))
+                except InvalidOutputError as error:
+                    raise InvalidOutputError(f"{where}, side output {tag_id!r}: {error}") from None
                 for other, column in side_columns.items():
-                    column.append(dict(zip(side_names, self._as_tuple(value, side_names, where))) if other == tag_id else None)
+                    column.append(side_row if other == tag_id else None)
         frame = pd.DataFrame(columns)
         frame[SIDE_OUTPUT_TAG_COLUMN] = tag_column
         for tag_id, column in side_columns.items():
             frame[side_output_column(tag_id)] = column
-        return self._checked(frame, where)
+        return self._checked(frame, where, key_of)
 
-    def _checked(self, frame: pd.DataFrame, where: str) -> pd.DataFrame:
+    def _checked(self, frame: pd.DataFrame, where: str, key_of: Optional[Callable[[int], Any]]) -> pd.DataFrame:
         if frame.empty:
             return frame
         for name, arrow_type in self._arrow_types.items():
             try:
                 pa.array(frame[name], type=arrow_type, from_pandas=True)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError) as error:
-                bad = _first_bad_value(frame[name], arrow_type)
+                index, bad = _first_bad_value(frame[name], arrow_type)
                 raise InvalidOutputError(
-                    f"{where}: output column {name!r} expects {arrow_type} but got {bad!r} "
+                    f"{_at(where, key_of, index)}: output column {name!r} expects {arrow_type} but got {bad!r} "
                     f"({type(bad).__qualname__}): {error}"
                 ) from error
         return frame
 
 
-def _first_bad_value(column: pd.Series, arrow_type: pa.DataType) -> Any:
-    for value in column:
+def _first_bad_value(column: pd.Series, arrow_type: pa.DataType) -> tuple[Optional[int], Any]:
+    for index, value in enumerate(column):
         try:
             pa.array([value], type=arrow_type, from_pandas=True)
         except Exception:  # the same conversion failures as above, value by value
-            return value
-    return None
+            return index, value
+    return None, None
+
+
+def _at(where: str, key_of: Optional[Callable[[int], Any]], index: Optional[int]) -> str:
+    key = key_of(index) if key_of is not None and index is not None else None
+    return where if key is None else f"{where}, key {key!r}"
 
 
 def _short(value: Any) -> str:

@@ -205,3 +205,27 @@ def test_grouping_and_column_values():
     assert column_values(times, np.array([1, 0])) == [None, dt.datetime(1970, 1, 1)]
     assert column_values(pd.Series([1, 2], dtype="Int64"), np.array([1, 0])) == [2, 1]
     assert first_null(pd.Series([1.0, np.nan])) == 1 and first_null(pd.Series([1, 2])) is None
+
+
+class ShortRecordForB(KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        key = ctx.get_current_key()
+        yield (key,) if key == "b" else (key, 1)
+
+
+def test_an_output_error_names_the_location_once_the_function_and_the_key():
+    from keyedstate.errors import InvalidOutputError
+
+    layout = OutputLayout(StructType([StructField("k", StringType()), StructField("n", LongType())]))
+    spec = GroupFunctionSpec("short-b", ("user",), ("user", "payload", "ts"), "_keyedstate_key_group", "_ms",
+                             EVENT_TIME, 4, 1000, layout)
+    function = make_group_function(spec, ShortRecordForB())
+    try:
+        with pytest.raises(InvalidOutputError) as failure:
+            list(function((balanced_grouping_value(2),), iter([_frame(["a", "b", "c"], ["p"] * 3, [1, 2, 3])]),
+                          FakeGroupState()))
+    finally:
+        _RUNTIMES.pop(spec.runtime_id, None)
+    message = str(failure.value)
+    assert message.count("keyed_process key group 2") == 1
+    assert "output of ShortRecordForB, key 'b': a record has 1 fields but the output schema has 2" in message
