@@ -5,15 +5,13 @@ timer fires while measuring: what is left is the cost of state that is large but
 
 Variants (same files, same Spark conf as bench/spark_workloads.py):
 
-* ``heap``     keyed_process, row mode (each key group's whole state in its Spark state row).
-* ``rocksdb``  keyed_process with ``state_backend="rocksdb"`` (a local RocksDB per key group, changelogs to
-               ``state_storage``).
-* ``tws``      transformWithStateInPandas with a ValueState and one event-time timer per key.
+``heap`` (keyed_process, row mode: a key group's whole state in its Spark state row), ``rocksdb`` (RocksDB mode: a
+local RocksDB per key group, changelogs to ``state_storage``), ``rocksdb_kg8`` (the same with ``num_key_groups=8``),
+``tws`` (transformWithStateInPandas with a ValueState and one event-time timer per key).
 
-Every run is its own process (``python bench/large_state_workload.py --variant ...``, started by the test) so it
-gets a fresh JVM and fresh Python workers: their peak memory (VmHWM) then belongs to that run alone.
-Files are fed one at a time into the stream's input directory and the run waits for that batch's progress, so the
-directories can be sampled between batches while nothing runs.
+Every run is its own process (``python bench/large_state_workload.py --variant ...``, started by the test): a fresh
+JVM and fresh Python workers, whose peak memory (VmHWM) then belongs to that run alone. Files are fed one at a time
+and the run waits for each batch's progress, so the directories can be sampled between batches while nothing runs.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import os
 import shutil
 import statistics
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,9 +33,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import spark_workloads as W  # noqa: E402
+from run_sampling import WorkerMemory, bytes_written, files_under  # noqa: E402
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa: E402
 
-VARIANTS = ("heap", "rocksdb", "tws")
+VARIANTS = ("heap", "rocksdb", "rocksdb_kg8", "tws")
+FEW_KEY_GROUPS = 8  # rocksdb_kg8: num_key_groups near the shuffle partition count (4), as docs/spark.md suggests
 TIMEOUT_MS = 30 * 24 * 3_600_000  # far beyond the events' span: timers stay pending
 BATCH_SPACING_MS = 60_000  # later batch b has event times in [SPAN + b min, SPAN + (b+1) min): never late
 PAYLOAD_HEX_CHARS = 64  # pickled (payload, ts) tuple ~85 bytes; tws's UnsafeRow (payload, last) 88 bytes
@@ -143,13 +142,14 @@ class LatestWithTimer(KeyedProcessFunction):
             yield ctx.get_current_key(), current[0], current[1]
 
 
-def keyed_process_query(source, state_backend: str, scratch: Path):
+def keyed_process_query(source, variant: str, scratch: Path):
     from keyedstate.spark import keyed_process
 
-    extra = {} if state_backend == "heap" else {
-        "state_storage": str(scratch / "storage"), "state_local_dir": str(scratch / "local")}
-    return keyed_process(source, ["key"], LatestWithTimer(), OUTPUT_SCHEMA, event_time_column="ts",
-                         state_backend=state_backend, **extra)
+    extra = {} if variant == "heap" else {
+        "state_backend": "rocksdb", "state_storage": str(scratch / "storage"), "state_local_dir": str(scratch / "local")}
+    if variant == "rocksdb_kg8":
+        extra["num_key_groups"] = FEW_KEY_GROUPS
+    return keyed_process(source, ["key"], LatestWithTimer(), OUTPUT_SCHEMA, event_time_column="ts", **extra)
 
 
 def _tws_processor_class():
@@ -197,88 +197,6 @@ def tws_query(source):
 
 def build_query(variant: str, source, scratch: Path):
     return tws_query(source) if variant == "tws" else keyed_process_query(source, variant, scratch)
-
-
-# --- what a run measures: durable bytes, Python worker memory ---------------------------------------------------------
-
-
-def files_under(directory: Path) -> dict[str, tuple[int, int]]:
-    """path -> (inode, size) of every file below ``directory``."""
-    out = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            try:
-                st = os.stat(os.path.join(root, name))
-            except FileNotFoundError:  # deleted while walking
-                continue
-            out[os.path.join(root, name)] = (st.st_ino, st.st_size)
-    return out
-
-
-def bytes_written(before: dict, after: dict) -> int:
-    """Bytes written between two samples: new or replaced files count whole, appended files their growth. Files
-    deleted since ``before`` were counted when they appeared; files created and deleted between samples are missed."""
-    total = 0
-    for path, (inode, size) in after.items():
-        old = before.get(path)
-        if old is None or old[0] != inode:
-            total += size
-        elif size > old[1]:
-            total += size - old[1]
-    return total
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        out += children.get(pid, [])
-        todo += children.get(pid, [])
-    return out
-
-
-class WorkerMemory:
-    """Peak resident memory (VmHWM) of this process's Spark Python workers, sampled every second in the background
-    so a worker that exits mid-run (Spark reaps idle workers after a minute) still counts."""
-
-    def __init__(self) -> None:
-        self.peaks: dict[int, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def sample(self) -> None:
-        for pid in _descendants(os.getpid()):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                    command = cmdline.read()
-                if b"pyspark.daemon" in command or b"pyspark.worker" in command:
-                    with open(f"/proc/{pid}/status") as status:
-                        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-                    self.peaks[pid] = max(self.peaks.get(pid, 0), kib)
-            except (OSError, ValueError, StopIteration):  # the process ended meanwhile
-                continue
-
-    def _loop(self) -> None:
-        while not self._stop.wait(1.0):
-            self.sample()
-
-    def __enter__(self) -> "WorkerMemory":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
 
 
 # --- one run: fill, later batches, optional validation ----------------------------------------------------------------

@@ -15,9 +15,10 @@ from pathlib import Path
 LABELS = {
     "heap": "keyed_process, row mode (heap)",
     "rocksdb": "keyed_process, RocksDB mode",
+    "rocksdb_kg8": "keyed_process, RocksDB mode, num_key_groups=8 (tuned; not a target)",
     "tws": "transformWithStateInPandas",
 }
-ORDER = ["heap", "rocksdb", "tws"]
+ORDER = ["heap", "rocksdb", "rocksdb_kg8", "tws"]
 SMALL, LARGE = 200_000, 4_000_000
 # the row-mode figures the issue was opened with, shown when this run has no row-mode run at the large size
 EARLIER_ROW_MODE = {"bytes": "354 MB", "memory": "1.0 GB"}
@@ -62,14 +63,16 @@ def _sizes(runs: dict) -> tuple[int | None, int | None]:
 WHY = {
     "growth": "RocksDB mode's later batch should cost what changed; growth with state means opening a key group's "
               "database, its compactions or a base snapshot got slower with its size.",
-    "tws": "A RocksDB-mode call pays a fixed ~13 ms per key group and batch to open, flush and close its local "
-           "database (about 60% of it fsync, which rocksdict cannot turn off); 128 key groups cost ~0.85 s of wall "
-           "time per batch on 2 cores before any element, while transformWithStateInPandas pays per changed key "
-           "(4 JVM round trips here). Breakdown and next steps: bench/PROFILE-spark.md, RocksDB mode.",
+    "tws": "A worker keeps each key group's database open between batches, but Spark gives a partition's next "
+           "task to either of the two workers, so about half the key groups move every batch and the new worker "
+           "pays a full open (~9 ms each, 128 key groups by default) while the old one flushes and closes; batches "
+           "where every key group stays take about half as long. transformWithStateInPandas pays per changed key "
+           "(4 JVM round trips here). The tuned row (num_key_groups=8) shows the fixed cost's share. Breakdown: "
+           "bench/PROFILE-spark.md, RocksDB mode.",
     "bytes": "RocksDB mode writes a changelog per key group and batch and, every 64 changelogs or when they "
              "outgrow the base, a new base's new SSTs; more means bigger changelogs or bases written more often.",
-    "memory": "A RocksDB-mode worker holds one database open (block cache + write buffers) plus one key group's "
-              "elements; more means something is held across key groups.",
+    "memory": "A RocksDB-mode worker keeps databases open within one block cache and one memtable budget (64 MiB "
+              "each by default) plus one key group's elements; more means something is held across key groups.",
 }
 
 

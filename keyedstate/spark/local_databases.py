@@ -6,13 +6,15 @@ Layout below the local directory::
     <query id>/<uid>/kg-00007/           the key group's database (RocksDB files)
     <query id>/<uid>/kg-00007/KEYEDSTATE-TAG   the tag of the committed version the database holds (absent while a
                                          call runs or after one failed)
-    <query id>/<uid>/kg-00007.lock       flock'ed by the worker process that uses the database (any process on the
-                                         machine may run the key group's next call)
+    <query id>/<uid>/kg-00007.lock       flock'ed by the worker process that uses the database or keeps it open
+                                         (any process on the machine may run the key group's next call); holds
+                                         that process's pid
+    workers/<pid>.fifo                   where a process that keeps databases open takes requests to close one
     idle/<pid>-<n>/                      each store's empty database in a worker process (holds the states'
                                          registrations; one per query a worker runs)
 
-Spark does not say when an executor stops running a key group, so a database whose tag is older than
-:data:`IDLE_SECONDS` is removed (under its lock); if the key group comes back, it is rebuilt from storage.
+Spark does not say when an executor stops running a key group, so a database unused for :data:`IDLE_SECONDS` is
+removed (under its lock); if the key group comes back, it is rebuilt from storage.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Optional
 
 from keyedstate.errors import StateBackendLockedError
 
-__all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS"]
+__all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "process_alive"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
@@ -37,6 +39,7 @@ TAG_FILE = "KEYEDSTATE-TAG"
 IDLE_SECONDS = 900.0
 """A local database unused for this long is removed (15 minutes: far longer than any trigger interval)."""
 _SWEEP_EVERY_SECONDS = 60.0
+_ASK_AGAIN_SECONDS = 1.0  # a holder that was running a call on the database when asked closes it after the call
 
 
 class LocalDatabases:
@@ -45,7 +48,6 @@ class LocalDatabases:
     def __init__(self, root: str, lock_timeout_seconds: float = 300.0) -> None:
         self.root = os.path.abspath(root)
         self.lock_timeout_seconds = lock_timeout_seconds
-        self._held: Optional[tuple[int, str]] = None  # (lock file descriptor, database path)
         self._next_sweep = 0.0
         os.makedirs(self.root, exist_ok=True)
 
@@ -56,7 +58,7 @@ class LocalDatabases:
         """This process's idle database; those of processes that are gone are removed."""
         for directory in glob.glob(os.path.join(self.root, "idle", "*")):
             pid = os.path.basename(directory).split("-")[0]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and not process_alive(int(pid)):
                 shutil.rmtree(directory, ignore_errors=True)
         idle = os.path.join(self.root, "idle", f"{os.getpid()}-{uuid.uuid4().hex[:8]}")
         shutil.rmtree(idle, ignore_errors=True)
@@ -64,25 +66,59 @@ class LocalDatabases:
 
     # ---- the lock of one database --------------------------------------------------------------------------------
 
-    def acquire(self, path: str) -> None:
-        """Wait for and take the lock of the database at ``path`` (held until :meth:`release`)."""
+    def acquire(self, path: str) -> int:
+        """Wait for and take the lock of the database at ``path``; returns the descriptor :meth:`release` takes.
+
+        A worker process that keeps the database open between calls (:mod:`keyedstate.spark.open_databases`) is
+        asked to close it; one that is running a call on it finishes first."""
+        lock_path = path + ".lock"
         deadline = time.monotonic() + self.lock_timeout_seconds
+        started = time.monotonic()
+        asked_at: Optional[float] = None
         while True:
-            descriptor = _try_lock(path + ".lock")
+            descriptor = _try_lock(lock_path)
             if descriptor is not None:
-                self._held = (descriptor, path)
-                return
-            if time.monotonic() >= deadline:
+                _write_holder(descriptor)
+                return descriptor
+            now = time.monotonic()
+            if now >= deadline:
                 raise StateBackendLockedError(
                     f"the local state database {path} is still in use by another worker process after "
                     f"{self.lock_timeout_seconds:g} s; a task attempt of the same key group has not finished"
                 )
-            time.sleep(0.05)
+            if asked_at is None or now - asked_at >= _ASK_AGAIN_SECONDS:
+                self.ask_to_release(path)
+                asked_at = now
+            time.sleep(0.002 if now - started < 0.5 else 0.05)  # a handover takes a few ms; a running call longer
 
-    def release(self) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            os.close(held[0])  # closing the descriptor releases the flock
+    @staticmethod
+    def release(descriptor: int) -> None:
+        os.close(descriptor)  # closing the descriptor releases the flock
+
+    def request_channel(self, pid: int) -> str:
+        """The FIFO on which the worker process ``pid`` takes requests to close databases it keeps open."""
+        return os.path.join(self.root, "workers", f"{pid}.fifo")
+
+    def ask_to_release(self, path: str) -> bool:
+        """Ask the process holding ``path``'s lock to close the database; False when it takes no requests."""
+        try:
+            with open(path + ".lock", encoding="ascii") as file:
+                pid = int(file.read().strip() or "0")
+        except (OSError, ValueError):
+            return False
+        if pid <= 0 or pid == os.getpid():
+            return False
+        try:
+            channel = os.open(self.request_channel(pid), os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # no such process listening (it keeps nothing open, or is gone)
+            return False
+        try:
+            os.write(channel, os.fsencode(path) + b"\n")  # one write below PIPE_BUF: never interleaved
+        except OSError:
+            return False
+        finally:
+            os.close(channel)
+        return True
 
     # ---- the committed version a database holds -------------------------------------------------------------------
 
@@ -111,26 +147,25 @@ class LocalDatabases:
     # ---- removing databases no key group uses --------------------------------------------------------------------
 
     def sweep(self, idle_seconds: float = IDLE_SECONDS, force: bool = False) -> list[str]:
-        """Remove databases whose tag is older than ``idle_seconds`` (at most once a minute unless ``force``)."""
+        """Remove databases unused for ``idle_seconds`` (at most once a minute unless ``force``). Used = the newer of
+        the tag and the lock file, which every taker touches: a database whose process died while it held it open
+        has no tag but ages all the same."""
         now = time.time()
         if not force and now < self._next_sweep:
             return []
         self._next_sweep = now + _SWEEP_EVERY_SECONDS
         removed = []
-        for tag in glob.glob(os.path.join(self.root, "*", "*", "kg-*", TAG_FILE)):
-            path = os.path.dirname(tag)
-            try:
-                if now - os.path.getmtime(tag) < idle_seconds:
-                    continue
-            except OSError:
+        for lock_path in glob.glob(os.path.join(self.root, "*", "*", "kg-*.lock")):
+            path = lock_path[: -len(".lock")]
+            if now - _last_used(path) < idle_seconds:
                 continue
-            descriptor = _try_lock(path + ".lock")
+            descriptor = _try_lock(lock_path)
             if descriptor is None:
                 continue  # in use right now
             try:
-                if os.path.exists(tag) and now - os.path.getmtime(tag) >= idle_seconds:
+                if now - _last_used(path) >= idle_seconds:
                     shutil.rmtree(path, ignore_errors=True)
-                    os.remove(path + ".lock")
+                    os.remove(lock_path)
                     removed.append(path)
             except OSError:
                 pass
@@ -140,6 +175,23 @@ class LocalDatabases:
             logger.info("removed %d local state databases unused for %.0f s: %s", len(removed), idle_seconds,
                         ", ".join(removed))
         return removed
+
+
+def _last_used(path: str) -> float:
+    used = 0.0
+    for name in (path + ".lock", os.path.join(path, TAG_FILE)):
+        try:
+            used = max(used, os.path.getmtime(name))
+        except OSError:
+            pass
+    return used
+
+
+def _write_holder(descriptor: int) -> None:
+    """The holder's pid in the lock file (read by :meth:`LocalDatabases.ask_to_release`); also marks it used."""
+    data = str(os.getpid()).encode()
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, data, 0)
 
 
 def _try_lock(lock_path: str) -> Optional[int]:
@@ -162,7 +214,7 @@ def _try_lock(lock_path: str) -> Optional[int]:
         os.close(descriptor)
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -5,19 +5,24 @@ The commit protocol. Python gets no end-of-task hook, so the key group's Spark s
 It carries a :class:`~keyedstate.state.rocksdb.versions.VersionRecord`: the version's tag (unique per
 call), the base snapshot it builds on and the changelogs since, in durable storage (``state_storage``). A call:
 
-1. reads the row. The local database (``<local dir>/<query id>/<uid>/kg-NNNNN``) is used as it is only when its
-   ``TAG`` file equals the row's tag; otherwise it is rebuilt: base downloaded and verified, changelogs replayed.
-   The ``TAG`` file is removed before the database is opened, so a call that dies half-way leaves no tag.
+1. reads the row. The local database (``<local dir>/<query id>/<uid>/kg-NNNNN``) is used as it is only when it
+   holds the row's tag: kept open by this worker since an earlier call (:mod:`keyedstate.spark.open_databases`)
+   with that tag in memory, or closed with that tag in its ``TAG`` file (another worker that kept it open closes it
+   when asked). Otherwise it is rebuilt: base downloaded and verified, changelogs replayed. The ``TAG`` file is
+   removed before the database is opened, so a process that dies while it has the database open leaves no tag.
 2. runs timers and elements on the database, recording every write.
 3. stores the writes as one changelog file, or, when the changelogs since the base grow past the
    :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
    are uploaded), and writes the row naming the new version.
-4. closes (flushes) the database and writes the new ``TAG``.
+4. keeps the database open with the new tag for the key group's next call, or (a first call, a failed call,
+   another worker waiting for it, or no worker reuse) closes (flushes) it and writes the new ``TAG``.
 
 So correctness never depends on the local database: a retried or duplicate task attempt, the data run and the
 timed-out run of one task in different worker processes, a lost executor or a restarted query all find either a
-local database with the committed tag or rebuild the committed version from storage. One database is open per
-worker process at a time, so RocksDB's memory (block cache, write buffers) is bounded per worker process.
+local database with the committed tag or rebuild the committed version from storage. RocksDB's memory is bounded
+per worker process: the databases it keeps open share one block cache and one memtable budget
+(:class:`~keyedstate.state.rocksdb.options.RocksDBOptions`), and at most
+:data:`~keyedstate.spark.open_databases.MAX_KEPT_DATABASES` stay open.
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ from typing import Any, Optional
 
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.spark.compat import current_query_id
+from keyedstate.spark.compat import current_query_id, task_partition_id
 from keyedstate.spark.key_group_store import ROCKSDB, KeyGroupStore, committed_row
 from keyedstate.spark.local_databases import LocalDatabases
+from keyedstate.spark.open_databases import OpenDatabases, open_databases_of, worker_reuse_enabled
 from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
-from keyedstate.state.rocksdb.options import RocksDBOptions
+from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
 
 __all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage"]
 
@@ -68,16 +74,21 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
     def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str, local_dir: Optional[str],
                  uid: str, options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,
-                 retain_batches: int = 100) -> None:
+                 retain_batches: int = 100, keep_open: Optional[bool] = None) -> None:
         self.num_key_groups = num_key_groups
         self.state_storage = state_storage
         self.uid = uid
         self.policy = policy or SnapshotPolicy()
         self.retain_batches = retain_batches
         self._storages: dict[str, CheckpointStorage] = {}
-        options = replace(options or RocksDBOptions(), reuse_existing=True)
+        options = self.options = replace(options or RocksDBOptions(), reuse_existing=True)
         self.local = LocalDatabases(local_dir or default_local_dir(), lock_timeout_seconds=max(
             300.0, options.lock_timeout_seconds))
+        keep_open = worker_reuse_enabled() if keep_open is None else keep_open
+        self.open: Optional[OpenDatabases] = open_databases_of(self.local) if keep_open else None
+        if self.open is not None:
+            self.open.limit_families(options.memtable_budget_bytes, ARENA_BLOCK_BYTES)
+        self._lock: Optional[int] = None
         # The backend needs an open database before any key group is opened (the function's open() registers its
         # states): an empty one of this worker process, never written to afterwards.
         self.backend = KeyGroupRocksDBBackend(self.local.idle_path(), max_parallelism=num_key_groups,
@@ -99,23 +110,38 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         path = local.path(query_id, self.uid, key_group)
         record = self._committed_record(group_state)
         versions = KeyGroupVersions(self._storage(query_id), key_group, self.num_key_groups)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        local.acquire(path)  # released in finish(), which the group function always calls
+        kept = self.open.take(path) if self.open is not None else None
+        self._call = (path, record, versions)
+        self._saved_tag = None
+        if kept is not None:
+            self._lock = kept.lock  # released in finish(), which the group function always calls
+            if self._still_current(kept, record, path):
+                self.backend.attach_key_group(kept.database)
+                timer_service.reload_key_group(key_group)
+                return
+            _close_quietly(kept.database)  # a failed attempt's writes, or a version Spark did not commit
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            self._lock = local.acquire(path)
         changelogs = []
         if record is None:
             shutil.rmtree(path, ignore_errors=True)
-        elif local.read_tag(path) != record.tag:
+        elif kept is not None or local.read_tag(path) != record.tag:
             logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
                         key_group, batch_id, versions.storage.location, record.base_batch, len(record.changelogs))
             changelogs = versions.restore(record, path)
         os.makedirs(path, exist_ok=True)
         local.remove_tag(path)  # from here until finish() the database may differ from every committed version
-        self._call = (path, record, versions)
-        self._saved_tag = None
         self.backend.open_key_group(path, record_changes=record is not None)
         for changelog in changelogs:
             self.backend.replay(changelog)
         timer_service.reload_key_group(key_group)
+
+    def _still_current(self, kept: Any, record: Optional[VersionRecord], path: str) -> bool:
+        """A kept database serves the call only if it holds the committed version, was opened with this store's
+        options, and its directory was not removed under it (disk cleanup, a test losing local databases)."""
+        return (record is not None and kept.tag == record.tag and kept.database.settings == self.options
+                and os.path.exists(os.path.join(path, "CURRENT")))
 
     def _committed_record(self, group_state: Any) -> Optional[VersionRecord]:
         row = committed_row(group_state, self.num_key_groups, ROCKSDB)
@@ -156,17 +182,37 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
         call, self._call = self._call, None
+        lock, self._lock = self._lock, None
         timer_service.forget_key_group(key_group)
         try:
             if call is None:
                 return
-            self.backend.close_key_group()  # flushes: only then does the directory hold what the tag will claim
-            if succeeded and self._saved_tag is not None:
-                self.local.write_tag(call[0], self._saved_tag)
+            path = call[0]
+            tag = self._saved_tag if succeeded else None
+            if tag is not None and self.open is not None and self.backend.record_changes and lock is not None:
+                database = self.backend.detach_key_group()
+                if self.open.keep(path, database, tag, lock, moves_with=task_partition_id()):
+                    lock = None  # the kept database holds it
+                    return
+                database.close()  # another worker process waits for it
+            else:
+                self.backend.close_key_group()  # flushes: only then does the directory hold what the tag will claim
+            if tag is not None:
+                self.local.write_tag(path, tag)
             elif succeeded:
-                shutil.rmtree(call[0], ignore_errors=True)  # the group holds nothing and has no row
+                shutil.rmtree(path, ignore_errors=True)  # the group holds nothing and has no row
         finally:
-            self.local.release()
+            if self.open is not None:
+                self.open.done()
+            if lock is not None:
+                self.local.release(lock)
 
     def keys_with_state(self) -> int:
         return self.backend.estimate_keys_with_state()
+
+
+def _close_quietly(database: Any) -> None:
+    try:
+        database.close()
+    except Exception:  # it is rebuilt from storage next; a failing close only means its files are unusable
+        logger.warning("closing the stale local state database %s failed", database.path, exc_info=True)

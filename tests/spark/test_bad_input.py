@@ -142,7 +142,7 @@ def test_restarting_with_another_state_backend_is_refused(spark, tmp_path, state
 
 
 def test_rocksdb_only_options_and_bad_values_are_refused_before_the_query_starts(spark, tmp_path):
-    frame = spark.readStream.schema(SCHEMA).json(str(tmp_path))
+    frame = spark.readStream.schema(SCHEMA).json(str(tmp_path)).withWatermark("ts", "0 seconds")
     arguments = ("user STRING, count BIGINT",)
     with pytest.raises(ConfigurationError, match="state_backend must be one of 'heap', 'rocksdb', got 'disk'"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="disk")

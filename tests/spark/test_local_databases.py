@@ -16,8 +16,10 @@ def database(local: LocalDatabases, key_group: int, age_seconds: float) -> str:
     path = local.path("query", "Count", key_group)
     os.makedirs(path)
     local.write_tag(path, f"tag{key_group}")
+    local.release(local.acquire(path))  # every database has a lock file, touched by each taker
     then = time.time() - age_seconds
-    os.utime(os.path.join(path, TAG_FILE), (then, then))
+    for used in (os.path.join(path, TAG_FILE), path + ".lock"):
+        os.utime(used, (then, then))
     return path
 
 
@@ -28,18 +30,25 @@ def test_databases_unused_for_longer_than_the_idle_time_are_removed(tmp_path):
     assert not os.path.exists(old) and local.read_tag(recent) == "tag2"
 
 
+def test_a_database_whose_process_died_while_it_had_it_open_ages_by_its_lock_file(tmp_path):
+    local = LocalDatabases(str(tmp_path))
+    untagged = database(local, 3, 3_600)
+    local.remove_tag(untagged)  # the tag is removed while a process has the database open
+    assert local.sweep(idle_seconds=900, force=True) == [untagged]
+    assert not os.path.exists(untagged) and not os.path.exists(untagged + ".lock")
+
+
 def test_a_database_in_use_is_neither_removed_nor_opened_twice(tmp_path):
     local, other_process = LocalDatabases(str(tmp_path)), LocalDatabases(str(tmp_path), lock_timeout_seconds=0.2)
     path = database(local, 1, 3_600)
-    local.acquire(path)
+    lock = local.acquire(path)
     try:
         assert other_process.sweep(idle_seconds=900, force=True) == []
         with pytest.raises(StateBackendLockedError, match="still in use by another worker process"):
             other_process.acquire(path)
     finally:
-        local.release()
-    other_process.acquire(path)  # free again
-    other_process.release()
+        local.release(lock)
+    other_process.release(other_process.acquire(path))  # free again
     assert os.path.exists(path)
 
 

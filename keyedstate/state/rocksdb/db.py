@@ -42,6 +42,14 @@ def _built(options: RocksDBOptions) -> Any:
     return built
 
 
+def _flush_quietly(families: Iterable[Any]) -> None:
+    for family in families:
+        try:
+            family.flush()  # without a WAL only flushed data survives the close
+        except Exception:  # flushing is best effort; close must still release the lock
+            pass
+
+
 class RocksDatabase:
     """An open rocksdict database in raw mode with its column families.
 
@@ -158,13 +166,9 @@ class RocksDatabase:
     def close(self) -> None:
         if self.db is None:
             return
-        for family in self.column_families.values():
-            try:
-                family.flush()  # without a WAL only flushed data survives the close
-            except Exception:  # flushing is best effort; close must still release the lock
-                pass
+        _flush_quietly(self.column_families.values())
         try:
-            self.db.close()
+            self.db.close()  # a failure's traceback must not reach a family handle: it would keep the lock
         finally:
             self.db = None
             self.column_families = {}

@@ -1,10 +1,11 @@
 """A RocksDB backend that holds one key group at a time, each in its own local database, recording every write.
 
-The Spark integration runs one key group per call and cannot keep a database open between calls: the next call
-of the same key group may come to another Python worker process, and RocksDB allows one process per database. So
-the backend is pointed at the key group's database for the call (:meth:`KeyGroupRocksDBBackend.open_key_group`),
-and closed (flushed) at its end (:meth:`close_key_group`). States are registered once (the function's ``open``)
-and re-bound to each database; the writes of a call are recorded (:mod:`keyedstate.state.rocksdb.changelog`).
+The Spark integration runs one key group per call, and the next call of the same key group may come to another
+Python worker process (RocksDB allows one process per database). So the backend is pointed at the key group's
+database for the call: opened (:meth:`KeyGroupRocksDBBackend.open_key_group`) or taken over already open
+(:meth:`attach_key_group`), and at its end either closed (flushed, :meth:`close_key_group`) or detached and kept
+open by the caller (:meth:`detach_key_group`). States are registered once (the function's ``open``) and re-bound to
+each database; the writes of a call are recorded (:mod:`keyedstate.state.rocksdb.changelog`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM
 from keyedstate.state.base.backend import StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import ChangeLog
-from keyedstate.state.rocksdb.db import STATE_CF_PREFIX
+from keyedstate.state.rocksdb.db import STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = ["KeyGroupRocksDBBackend"]
@@ -50,6 +51,32 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self.path = os.path.abspath(path)
         self.record_changes = record_changes
         self._open_database(reuse_existing=True)
+        self._bound_to_database()
+
+    def attach_key_group(self, database: RocksDatabase) -> None:
+        """Bind every state to ``database``, an open database an earlier call detached (recording its writes)."""
+        if self._attached:
+            self.close_key_group()
+        if not database.records_changes:
+            raise ValueError("only a database that records its changes can be attached again")
+        self.path = database.path
+        self.record_changes = True
+        self._database = database
+        for store in self._stores():
+            store.bind(database)
+        self.sst_checksums = {}
+        self._bound_to_database()
+
+    def detach_key_group(self) -> RocksDatabase:
+        """Unbind every state from the current database and hand it to the caller, still open (and locked)."""
+        if not self._attached:
+            raise ValueError("no key group database is attached")
+        for store in self._stores():
+            store.unbind(self.path)
+        self._attached = False
+        return self._database
+
+    def _bound_to_database(self) -> None:
         self._attached = True
         self._restored_metadata = {}
         self._load_metadata_from_database()
@@ -57,10 +84,16 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self._write_metadata([StateMetadata.of(r.descriptor) for r in self._states.values()])
 
     def close_key_group(self) -> None:
-        """Flush and close the database (unflushed writes would be lost: the write-ahead log is off)."""
+        """Flush and close the attached database (unflushed writes would be lost: the write-ahead log is off)."""
         if self._attached:
             self._close_database()
             self._attached = False
+
+    def close(self) -> None:
+        if not self._attached:  # a detached database belongs to whoever keeps it open
+            self._closed = True
+            return
+        super().close()
 
     def take_changes(self) -> ChangeLog:
         """The writes since the database was opened or the last call (all of its content when not recording)."""

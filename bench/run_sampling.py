@@ -1,0 +1,87 @@
+"""What a benchmark run measures besides time: bytes written below a directory between two samples, and the peak
+resident memory of the run's Spark Python workers (used by bench/large_state_workload.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+
+def files_under(directory: Path) -> dict[str, tuple[int, int]]:
+    """path -> (inode, size) of every file below ``directory``."""
+    out = {}
+    for root, _, names in os.walk(directory):
+        for name in names:
+            try:
+                st = os.stat(os.path.join(root, name))
+            except FileNotFoundError:  # deleted while walking
+                continue
+            out[os.path.join(root, name)] = (st.st_ino, st.st_size)
+    return out
+
+
+def bytes_written(before: dict, after: dict) -> int:
+    """Bytes written between two samples: new or replaced files count whole, appended files their growth. Files
+    deleted since ``before`` were counted when they appeared; files created and deleted between samples are missed."""
+    total = 0
+    for path, (inode, size) in after.items():
+        old = before.get(path)
+        if old is None or old[0] != inode:
+            total += size
+        elif size > old[1]:
+            total += size - old[1]
+    return total
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out += children.get(pid, [])
+        todo += children.get(pid, [])
+    return out
+
+
+class WorkerMemory:
+    """Peak resident memory (VmHWM) of this process's Spark Python workers, sampled every second in the background
+    so a worker that exits mid-run (Spark reaps idle workers after a minute) still counts."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def sample(self) -> None:
+        for pid in _descendants(os.getpid()):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                    command = cmdline.read()
+                if b"pyspark.daemon" in command or b"pyspark.worker" in command:
+                    with open(f"/proc/{pid}/status") as status:
+                        kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+                    self.peaks[pid] = max(self.peaks.get(pid, 0), kib)
+            except (OSError, ValueError, StopIteration):  # the process ended meanwhile
+                continue
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.sample()
+
+    def __enter__(self) -> "WorkerMemory":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()

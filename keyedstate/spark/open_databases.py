@@ -1,0 +1,241 @@
+"""Key-group databases a Python worker keeps open between calls, so a key group that comes back to the same worker
+in the next micro-batch skips the open, flush and close (most of a small call's cost).
+
+Spark reuses a Python worker for task after task (``spark.python.worker.reuse``, on by default) but may give a key
+group's next call to any worker. So a kept database stays locked (its ``.lock`` file names this process), and a
+listener thread serves other processes' requests to close one (:meth:`LocalDatabases.acquire` sends them over
+``workers/<pid>.fifo``): it flushes, closes and tags the database and releases the lock, and the asking process
+opens it as it would have anyway. The thread also closes databases unused for :data:`KEEP_OPEN_SECONDS`, before
+Spark's idle-worker cleanup (one minute without tasks) kills the worker with SIGKILL; a worker killed while it keeps
+databases open leaves them without a tag, so they are rebuilt from durable storage, as after any crash.
+
+A kept database is trusted only while it is open in this process: the tag it holds is in memory, and the ``TAG``
+file is written when it is closed after a successful call.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import select
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from keyedstate.spark.local_databases import LocalDatabases, process_alive
+
+__all__ = ["OpenDatabases", "KeptDatabase", "KEEP_OPEN_SECONDS", "MAX_KEPT_DATABASES", "worker_reuse_enabled",
+           "open_databases_of"]
+
+logger = logging.getLogger("keyedstate.spark.rocksdb")
+
+KEEP_OPEN_SECONDS = 20.0
+"""A kept database unused this long is closed (Spark kills a Python worker idle for a minute)."""
+MAX_KEPT_DATABASES = 256
+"""At most this many databases stay open per worker process and local directory (least recently used closed first),
+and at most as many column families as fit :attr:`RocksDBOptions.memtable_budget_bytes` (see
+:meth:`OpenDatabases.limit_families`); their memtables share that budget and their block reads one block cache."""
+
+
+def worker_reuse_enabled() -> bool:
+    """Whether Spark reuses this Python worker for later tasks (the JVM sets ``SPARK_REUSE_WORKER`` then). Without
+    reuse the worker exits after its task, and a database kept open would be lost with it."""
+    return bool(os.environ.get("SPARK_REUSE_WORKER"))
+
+
+_SHARED: dict[str, "OpenDatabases"] = {}
+
+
+def open_databases_of(local: LocalDatabases) -> "OpenDatabases":
+    """The one :class:`OpenDatabases` of this process for ``local``'s directory: every store (query) of a worker
+    process shares it, as they share the request channel ``workers/<pid>.fifo``."""
+    shared = _SHARED.get(local.root)
+    if shared is None:
+        shared = _SHARED[local.root] = OpenDatabases(local)
+    return shared
+
+
+@dataclass
+class KeptDatabase:
+    database: Any  # a detached RocksDatabase, open and recording
+    tag: str  # the committed version it holds
+    lock: int  # the descriptor holding its flock
+    last_used: float
+    families: int = 1
+    moves_with: Any = None  # databases with equal values move between workers together (one Spark partition's)
+
+
+class OpenDatabases:
+    """The databases this process keeps open below one local directory, and the thread that gives them up."""
+
+    def __init__(self, local: LocalDatabases, keep_seconds: float = KEEP_OPEN_SECONDS,
+                 max_kept: int = MAX_KEPT_DATABASES) -> None:
+        self.local = local
+        self.keep_seconds = keep_seconds
+        self.max_kept = max_kept
+        self.max_families = max_kept * 8
+        self._kept: dict[str, KeptDatabase] = {}
+        self._in_use: Optional[str] = None
+        self._release_after_use = False
+        self._mutex = threading.Lock()
+        self._listener: Optional[threading.Thread] = None
+        self._listener_failed = False
+        self._pid = os.getpid()
+
+    # ---- the call's side ---------------------------------------------------------------------------------------------
+
+    def take(self, path: str) -> Optional[KeptDatabase]:
+        """The kept database at ``path`` (no longer kept: the caller uses it, and owns its lock), or None. From now
+        until :meth:`done` a request to close ``path`` is deferred to the end of the call."""
+        with self._mutex:
+            self._in_use = path
+            self._release_after_use = False
+            return self._kept.pop(path, None)
+
+    def done(self) -> None:
+        """The call on the database taken or opened since :meth:`take` ended without keeping it."""
+        with self._mutex:
+            self._in_use = None
+
+    @property
+    def asked_for_the_database_in_use(self) -> bool:
+        """Whether another process asked for the database the current call uses (it is closed after the call)."""
+        return self._release_after_use
+
+    def limit_families(self, memtable_budget_bytes: int, arena_block_bytes: int) -> None:
+        """Keep no more column families open than half of ``memtable_budget_bytes`` has arena blocks: every open
+        memtable reserves one, and a budget used up by reservations flushes on every write."""
+        self.max_families = max(1, min(self.max_families, memtable_budget_bytes // (2 * arena_block_bytes)))
+
+    def keep(self, path: str, database: Any, tag: str, lock: int, moves_with: Any = None) -> bool:
+        """End the call on ``path`` keeping ``database`` (detached, at committed version ``tag``) open and locked
+        for a later call; False (nothing kept: the caller closes it) when another process asked for it meanwhile.
+        One step, so a request can never fall between the end of the call and the keeping.
+
+        ``moves_with``: when another process asks for one database, the kept databases with the same value (not
+        None) below the same directory are closed right after it: Spark runs a partition's key groups in one task,
+        so the asker will want them next, and finds them closed instead of waiting for each in turn."""
+        if not self._start_listener():
+            return False
+        with self._mutex:
+            wanted_elsewhere = self._release_after_use and self._in_use == path
+            self._in_use = None
+            if wanted_elsewhere:
+                return False
+            families = len(getattr(database, "column_families", ())) or 1
+            self._kept[path] = KeptDatabase(database, tag, lock, time.monotonic(), families, moves_with)
+            evicted = []
+            total = sum(kept.families for kept in self._kept.values())
+            for oldest in sorted(self._kept, key=lambda p: self._kept[p].last_used):
+                if len(self._kept) <= self.max_kept and total <= self.max_families:
+                    break
+                evicted.append((oldest, self._kept.pop(oldest)))
+                total -= evicted[-1][1].families
+        for evicted_path, kept in evicted:
+            self._close(evicted_path, kept)
+        return True
+
+    def close_all(self) -> None:
+        with self._mutex:
+            kept, self._kept = self._kept, {}
+        for path, entry in kept.items():
+            self._close(path, entry)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    # ---- giving databases up -----------------------------------------------------------------------------------------
+
+    def _close(self, path: str, kept: KeptDatabase) -> None:
+        """Flush, close and tag a kept database, then release its lock (in this order: the next holder reads the
+        tag to decide whether to trust the files)."""
+        try:
+            kept.database.close()
+            if os.path.isdir(path):
+                self.local.write_tag(path, kept.tag)
+        except Exception:  # a damaged or removed directory: without a tag the next call rebuilds it
+            logger.warning("closing the kept local state database %s failed; it will be rebuilt from storage",
+                           path, exc_info=True)
+            self.local.remove_tag(path)
+        finally:
+            self.local.release(kept.lock)
+
+    def release_requested(self, path: str) -> None:
+        """Another process waits for ``path``: close it now (and those that move with it), or after the call that
+        uses it."""
+        with self._mutex:
+            kept = self._kept.pop(path, None)
+            if kept is None:
+                if self._in_use == path:
+                    self._release_after_use = True
+                return
+            directory = os.path.dirname(path)
+            # in the order of the calls that used them: the order in which Spark runs the partition's key groups
+            siblings = sorted((p for p, other in self._kept.items() if kept.moves_with is not None
+                               and other.moves_with == kept.moves_with and os.path.dirname(p) == directory),
+                              key=lambda p: self._kept[p].last_used)
+            closing = [(path, kept)] + [(p, self._kept.pop(p)) for p in siblings]
+        logger.debug("handing %d local state databases (asked for %s) to another worker process", len(closing), path)
+        for closing_path, closing_kept in closing:
+            self._close(closing_path, closing_kept)
+
+    def close_unused(self, now: Optional[float] = None) -> int:
+        """Close the databases unused for ``keep_seconds``; returns how many."""
+        now = time.monotonic() if now is None else now
+        with self._mutex:
+            stale = [p for p, kept in self._kept.items() if now - kept.last_used >= self.keep_seconds]
+            closing = [(p, self._kept.pop(p)) for p in stale]
+        for path, kept in closing:
+            self._close(path, kept)
+        return len(closing)
+
+    # ---- the listener thread -------------------------------------------------------------------------------------
+
+    def _start_listener(self) -> bool:
+        """Whether the listener runs (started now if needed); without it nothing may be kept, since no other
+        process could ask for a database."""
+        if self._listener is not None and self._pid == os.getpid():
+            return True
+        if self._listener_failed:
+            return False
+        self._pid = os.getpid()
+        channel = self.local.request_channel(self._pid)
+        try:
+            os.makedirs(os.path.dirname(channel), exist_ok=True)
+            for stale in glob.glob(os.path.join(os.path.dirname(channel), "*.fifo")):
+                pid = os.path.basename(stale)[: -len(".fifo")]
+                if pid.isdigit() and (int(pid) == self._pid or not process_alive(int(pid))):
+                    try:
+                        os.remove(stale)
+                    except OSError:
+                        pass
+            os.mkfifo(channel, 0o600)
+            # read-write: the FIFO always has a writer (us), so reads block instead of seeing end-of-file
+            descriptor = os.open(channel, os.O_RDWR | os.O_NONBLOCK)
+        except OSError:
+            self._listener_failed = True
+            logger.warning("cannot create %s (a FIFO) to take requests for kept databases; this worker closes "
+                           "every local state database after its call instead", channel, exc_info=True)
+            return False
+        self._listener = threading.Thread(target=self._listen, args=(descriptor,),
+                                          name="keyedstate-open-databases", daemon=True)
+        self._listener.start()
+        return True
+
+    def _listen(self, descriptor: int) -> None:
+        pending = b""
+        while True:
+            try:
+                ready, _, _ = select.select([descriptor], [], [], 1.0)
+                if ready:
+                    pending += os.read(descriptor, 65536)
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line:
+                            self.release_requested(os.fsdecode(line))
+                self.close_unused()
+            except Exception:  # never let the thread die: other workers would wait for their lock timeout
+                logger.warning("the thread that gives up kept local state databases failed; retrying", exc_info=True)
+                time.sleep(1.0)

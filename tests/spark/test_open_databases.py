@@ -1,0 +1,160 @@
+"""Databases a worker keeps open between calls: given up at once when another worker process asks (after the call
+if one is using it), closed when unused, at most a bounded number open, and always tagged before the lock goes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from keyedstate.spark.local_databases import TAG_FILE, LocalDatabases
+from keyedstate.spark.open_databases import OpenDatabases
+
+
+class FakeDatabase:
+    """Stands in for a detached RocksDatabase: only close() matters here."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.closed_at: float | None = None
+
+    def close(self) -> None:
+        self.closed_at = time.monotonic()
+
+
+def kept_database(local: LocalDatabases, open_databases: OpenDatabases, key_group: int, tag: str) -> tuple[str, FakeDatabase]:
+    path = local.path("query", "Count", key_group)
+    os.makedirs(path)
+    database = FakeDatabase(path)
+    open_databases.keep(path, database, tag, local.acquire(path))
+    return path, database
+
+
+def take_in_another_process(root: str, path: str, timeout_s: float = 30.0) -> subprocess.Popen:
+    """Another worker process taking the database's lock (as a call of the key group there would), then printing
+    the tag it finds."""
+    code = textwrap.dedent(f"""
+        from keyedstate.spark.local_databases import LocalDatabases
+        local = LocalDatabases({root!r}, lock_timeout_seconds={timeout_s})
+        lock = local.acquire({path!r})
+        print(local.read_tag({path!r}), flush=True)
+        local.release(lock)
+    """)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=os.getcwd())
+
+
+@pytest.fixture
+def local(tmp_path) -> LocalDatabases:
+    return LocalDatabases(str(tmp_path))
+
+
+def test_a_kept_database_is_closed_and_tagged_when_another_process_asks_for_it(local):
+    open_databases = OpenDatabases(local, keep_seconds=3_600)  # never closed for being unused during the test
+    path, database = kept_database(local, open_databases, 7, "tag-7")
+    assert not os.path.exists(os.path.join(path, TAG_FILE))  # trusted only in memory while kept
+
+    other = take_in_another_process(local.root, path)
+    out, err = other.communicate(timeout=60)
+    assert other.returncode == 0, err
+    assert out.strip() == "tag-7"  # the tag was on disk before the lock was released
+    assert database.closed_at is not None and len(open_databases) == 0
+    assert open_databases.take(path) is None  # this process no longer believes it holds the database
+
+
+def test_a_request_for_a_database_in_use_is_served_when_the_call_ends(local):
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    path, database = kept_database(local, open_databases, 8, "tag-8")
+    kept = open_databases.take(path)  # a call of this process uses it now
+    assert kept is not None and kept.database is database
+
+    other = take_in_another_process(local.root, path)
+    deadline = time.monotonic() + 30
+    while not open_databases.asked_for_the_database_in_use and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert other.poll() is None  # still waiting: the database is in use here
+    assert open_databases.keep(path, kept.database, "tag-9", kept.lock) is False  # the call must not keep it
+    local.write_tag(path, "tag-9")  # what the store does when it closes a database after a call
+    local.release(kept.lock)
+    out, err = other.communicate(timeout=60)
+    assert other.returncode == 0, err
+    assert out.strip() == "tag-9"
+
+
+def test_without_requests_a_database_stays_kept_for_the_next_call(local):
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    path, database = kept_database(local, open_databases, 9, "tag-9")
+    kept = open_databases.take(path)
+    assert kept is not None and kept.tag == "tag-9" and database.closed_at is None
+    assert open_databases.keep(path, kept.database, "tag-10", kept.lock) is True
+    open_databases.close_all()
+    assert local.read_tag(path) == "tag-10" and database.closed_at is not None
+
+
+def test_databases_unused_for_the_keep_time_are_closed_and_tagged(local):
+    open_databases = OpenDatabases(local, keep_seconds=20)
+    path, database = kept_database(local, open_databases, 10, "tag-a")
+    assert open_databases.close_unused(now=time.monotonic() + 5) == 0 and database.closed_at is None
+    assert open_databases.close_unused(now=time.monotonic() + 21) == 1
+    assert database.closed_at is not None and local.read_tag(path) == "tag-a"
+    local.release(local.acquire(path))  # the lock was released with it
+
+
+def test_the_least_recently_used_database_is_closed_past_the_bound(local):
+    open_databases = OpenDatabases(local, keep_seconds=3_600, max_kept=2)
+    paths_and_databases = [kept_database(local, open_databases, group, f"tag-{group}") for group in (1, 2, 3)]
+    (oldest, first), (_, second), (_, third) = paths_and_databases
+    assert len(open_databases) == 2
+    assert first.closed_at is not None and second.closed_at is None and third.closed_at is None
+    assert local.read_tag(oldest) == "tag-1"
+    open_databases.close_all()
+
+
+def test_a_database_whose_directory_vanished_is_released_without_a_tag(local):
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    path, database = kept_database(local, open_databases, 11, "tag-11")
+
+    def failing_close() -> None:
+        raise OSError("IO error: No such file or directory")
+
+    database.close = failing_close  # type: ignore[method-assign]
+    open_databases.close_all()
+    assert local.read_tag(path) is None  # never a tag on files the close could not flush
+    local.release(local.acquire(path))
+
+
+def test_requests_from_several_processes_at_once_are_all_served(local):
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    kept = [kept_database(local, open_databases, group, f"tag-{group}") for group in range(20, 26)]
+    others = [take_in_another_process(local.root, path) for path, _ in kept]
+    results = [other.communicate(timeout=60) for other in others]
+    assert [out.strip() for out, _ in results] == [f"tag-{group}" for group in range(20, 26)]
+    assert all(database.closed_at is not None for _, database in kept) and len(open_databases) == 0
+
+
+def test_the_listener_survives_garbage_on_its_channel(local):
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    path, database = kept_database(local, open_databases, 30, "tag-30")
+    channel = os.open(local.request_channel(os.getpid()), os.O_WRONLY | os.O_NONBLOCK)
+    os.write(channel, b"\n/no/such/database\n\xff\xfe\n")
+    os.close(channel)
+    other = take_in_another_process(local.root, path)
+    out, err = other.communicate(timeout=60)
+    assert out.strip() == "tag-30", err
+    assert threading.active_count() >= 2  # the listener thread is still there
+
+
+def test_without_a_request_channel_nothing_is_kept_and_the_caller_closes_as_before(local):
+    open(os.path.join(local.root, "workers"), "w").close()  # a file where the FIFOs' directory belongs
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    path = local.path("query", "Count", 40)
+    os.makedirs(path)
+    lock = local.acquire(path)
+    assert open_databases.keep(path, FakeDatabase(path), "tag-40", lock) is False
+    assert len(open_databases) == 0
+    local.release(lock)
