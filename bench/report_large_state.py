@@ -64,10 +64,10 @@ WHY = {
     "growth": "RocksDB mode's later batch should cost what changed; growth with state means opening a key group's "
               "database, its compactions or a base snapshot got slower with its size.",
     "tws": "A worker keeps each key group's database open between batches, but Spark gives a partition's next "
-           "task to either of the two workers, so about half the key groups move every batch and the new worker "
-           "pays a full open (~9 ms each, 128 key groups by default) while the old one flushes and closes; batches "
-           "where every key group stays take about half as long. transformWithStateInPandas pays per changed key "
-           "(4 JVM round trips here). The tuned row (num_key_groups=8) shows the fixed cost's share. Breakdown: "
+           "task to either of the two workers, so many key groups move each batch and the new worker pays a full "
+           "open (~9 ms each, 128 key groups by default) while the old one flushes and closes; batches where every "
+           "key group stays take about half as long. transformWithStateInPandas pays per changed key (4 JVM round "
+           "trips here). The tuned row (num_key_groups=8) shows the fixed cost's share. Breakdown: "
            "bench/PROFILE-spark.md, RocksDB mode.",
     "bytes": "RocksDB mode writes a changelog per key group and batch and, every 64 changelogs or when they "
              "outgrow the base, a new base's new SSTs; more means bigger changelogs or bases written more often.",

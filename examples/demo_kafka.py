@@ -5,9 +5,12 @@ read back with ``spark.readStream.format("keyedstate-kafka")`` with a ``group.id
 every batch (the last one included) to the group. After each batch the demo prints, per partition, the group's
 committed offset, the partition's end offset and the lag.
 
-A wave is produced only once Spark has planned the batch holding the previous one (its ``offsets/`` entry exists),
-and read_committed readers see a transaction all at once, so every wave becomes exactly one micro-batch, as every
-file does in file mode, without idle no-data batches in between.
+Every wave becomes exactly one micro-batch, as every file does in file mode, without idle no-data batches in
+between: the first wave is produced before the query starts, and each next one from inside the batch that holds the
+previous one (its ``foreachBatch`` call, when that batch's offsets are fixed and the next batch cannot be planned
+yet). A transaction over several partitions becomes visible to read_committed readers partition by partition (the
+commit markers are written after ``commit_transaction`` returns), so the demo waits until every partition's last
+stable offset covers the wave before it lets the batch end.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -120,16 +122,18 @@ class WaveProducer:
             raise RuntimeError(f"producing to {self.topic!r} failed: {self._error[0]}")
         return dict(self._next)
 
+    @staticmethod
+    def wait_visible(client: KafkaClient, target: dict[TP, int], timeout_s: float = 60.0) -> None:
+        """Wait until read_committed readers see all of a wave: every partition's last stable offset covers it."""
+        deadline = time.monotonic() + timeout_s
+        while not _covers(client.list_offsets(list(target), "latest"), target):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the committed wave {target} is still not visible after {timeout_s:g} s")
+            time.sleep(0.01)
+
 
 def _covers(end: dict[TP, int], target: dict[TP, int]) -> bool:
     return all(end.get(tp, 0) >= offset for tp, offset in target.items())
-
-
-def _planned_batches(checkpoint: Path) -> list[int]:
-    try:
-        return sorted(int(name) for name in os.listdir(checkpoint / "offsets") if name.isdigit())
-    except FileNotFoundError:
-        return []
 
 
 class OffsetReport:
@@ -190,29 +194,37 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
     alerts = keyed_process(transactions, ["account_id"], RichFraudDetector(), ALERT_SCHEMA, event_time_column="ts",
                            num_key_groups=args.key_groups, emit_metrics=True)
     progress = Progress()
-    query = (alerts.writeStream.foreachBatch(progress.on_batch)
+    producer = WaveProducer(bootstrap, topic)
+    targets: list[dict[TP, int]] = []
+
+    def produce_next_wave() -> None:
+        targets.append(producer.produce(waves[len(targets)]))
+        producer.wait_visible(report.client, targets[-1])
+        log.info("produced wave %d: %s", len(targets) - 1, targets[-1])
+
+    def on_batch(frame: Any, batch_id: int) -> None:
+        progress.on_batch(frame, batch_id)
+        # This batch's offsets are fixed and the next batch is planned only after this call returns.
+        if len(targets) < len(waves) and _covers(batch_end_offsets(str(checkpoint), batch_id, report.opts),
+                                                 targets[-1]):
+            produce_next_wave()
+
+    produce_next_wave()
+    query = (alerts.writeStream.foreachBatch(on_batch)
              .option("checkpointLocation", str(checkpoint)).start())
     listener = report.listener = attach_commit_listener(spark, query, options, str(checkpoint))
-    producer = WaveProducer(bootstrap, topic)
     started = time.monotonic()
-    targets: list[dict[TP, int]] = []
     reported = -1
 
-    def produce_waves_then_stop(last_reported: int) -> None:
-        # The next wave goes out once the previous one is planned into a batch, so each wave is one batch.
-        planned = _planned_batches(checkpoint)
-        if len(targets) < len(waves) and (not targets or (planned and _covers(
-                batch_end_offsets(str(checkpoint), planned[-1], report.opts), targets[-1]))):
-            targets.append(producer.produce(waves[len(targets)]))
-            log.info("produced wave %d: %s", len(targets) - 1, targets[-1])
-        elif len(targets) == len(waves) and last_reported >= 0 and _covers(
+    def stop_after_the_last_wave(last_reported: int) -> None:
+        if len(targets) == len(waves) and last_reported >= 0 and _covers(
                 batch_end_offsets(str(checkpoint), last_reported, report.opts), targets[-1]):
             status = query.status
             if not status["isDataAvailable"] and not status["isTriggerActive"]:
                 query.stop()
 
     try:
-        reported = watch_query(query, progress, produce_waves_then_stop, interval_s=0.2,
+        reported = watch_query(query, progress, stop_after_the_last_wave, interval_s=0.2,
                                on_batch_reported=report.print)
         listener.wait_committed(timeout=15)
     finally:
