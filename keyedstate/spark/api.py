@@ -124,6 +124,14 @@ LATE_EVENTS_ANCHOR_COLUMN = "_keyedstate_watermark_anchor"
 _LATE_EVENTS_ANCHOR_TIME = "2262-01-01 00:00:00"
 
 
+def _without_watermark(column: Column, data_type: DataType) -> Column:
+    """The same values through an expression no optimizer rule folds back into the attribute: an aliased attribute
+    keeps the watermark marker on some Spark versions (4.0.x, 3.5.x) whatever metadata the alias is given."""
+    if isinstance(data_type, TimestampType):
+        return F.timestamp_micros(F.unix_micros(column))
+    return column
+
+
 def _keep_late_events(df: DataFrame) -> DataFrame:
     """Spark drops input rows older than the watermark in front of a stateful operator, testing the column that
     carries the watermark marker; Flink delivers late elements to process_element. The marker moves to a constant
@@ -135,7 +143,7 @@ def _keep_late_events(df: DataFrame) -> DataFrame:
         if _WATERMARK_METADATA_KEY in (field.metadata or {}):
             marker = dict(field.metadata)
             stripped = {k: v for k, v in field.metadata.items() if k != _WATERMARK_METADATA_KEY}
-            columns.append(F.col(field.name).alias(field.name, metadata=stripped))
+            columns.append(_without_watermark(F.col(field.name), field.dataType).alias(field.name, metadata=stripped))
         else:
             columns.append(F.col(field.name))
     if marker is None:
