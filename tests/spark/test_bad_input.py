@@ -36,8 +36,8 @@ class Count(KeyedProcessFunction):
         yield (value["user"], "not a number" if self.bad_output else count)
 
 
-def run_until_failure(spark, tmp_path, function, rows, name, **kwargs: Any) -> str:
-    write_input(tmp_path / "in", 0, rows)
+def run_until_failure(spark, tmp_path, function, rows, name, input_index: int = 0, **kwargs: Any) -> str:
+    write_input(tmp_path / "in", input_index, rows)
     query = start_query(spark, tmp_path, function, schema=SCHEMA, key_columns=["user"],
                         output_schema="user STRING, count BIGINT", query_name=name, sink_path=tmp_path / "out", **kwargs)
     try:
@@ -100,19 +100,14 @@ def failure_after_restart(spark, tmp_path, first: dict, second: dict) -> str:
     """Run 20 keys with the ``first`` keyed_process arguments, then restart from the same checkpoint with the
     ``second``: the message the restarted query fails with."""
     rows = [{"user": f"u{i}", "payload": "x", "ts": "2024-01-01T00:00:00Z"} for i in range(20)]
-    for index, arguments in enumerate((first, second)):
-        write_input(tmp_path / "in", index, rows)
-        query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
-                            output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **arguments)
-        try:
-            if index == 0:
-                query.processAllAvailable()
-            else:
-                with pytest.raises(StreamingQueryException) as failure:
-                    query.processAllAvailable()
-        finally:
-            query.stop()
-    return str(failure.value)
+    write_input(tmp_path / "in", 0, rows)
+    query = start_query(spark, tmp_path, Count(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, count BIGINT", sink_path=tmp_path / "out", **first)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return run_until_failure(spark, tmp_path, Count(), rows, "restarted", input_index=1, **second)
 
 
 def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path, state_backend):
