@@ -15,7 +15,7 @@ from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.api.runtime_context import RuntimeContext
 from keyedstate.api.time_domain import OutputTag, TimeDomain
 from keyedstate.errors import ConfigurationError, KeyedStateError, UserFunctionError
-from keyedstate.operator.outputs import OutputBuffer
+from keyedstate.operator.outputs import OutputBuffer, short_repr
 from keyedstate.state.base.backend import KeyedStateBackend
 from timers import InternalTimerService, TimerService
 from timers.facade import CoalescingTimerService
@@ -23,11 +23,6 @@ from timers.facade import CoalescingTimerService
 __all__ = ["KeyedProcessOperator"]
 
 logger = logging.getLogger("keyedstate.operator")
-
-
-def _short(value: Any, limit: int = 200) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Context(KeyedProcessFunction.OnTimerContext):
@@ -161,7 +156,7 @@ class KeyedProcessOperator:
                 self.elements_processed += end - start
         except Exception as error:
             self.elements_processed += index - start
-            raise self._user_error("process_element", f"element {_short(values[index])}", error) from error
+            raise self._user_error("process_element", f"element {short_repr(values[index])}", error) from error
         finally:
             context._timer_service = self.user_timer_service
             flush_timer_calls()
@@ -175,7 +170,7 @@ class KeyedProcessOperator:
             result = self.function.process_element(value, context)
             self.outputs.collect(result, timestamp, self._describe_process_element)
         except Exception as error:
-            raise self._user_error("process_element", f"element {_short(value)}", error) from error
+            raise self._user_error("process_element", f"element {short_repr(value)}", error) from error
         self.elements_processed += 1
 
     # ---- time ----------------------------------------------------------------------------------------------------
@@ -233,7 +228,7 @@ class KeyedProcessOperator:
         """Every exception escaping user code, ours included (bad state use, bad output), is reported with the
         function, key and element or timer; the original stays chained as ``__cause__``."""
         try:
-            key = f" for key {_short(self.backend.get_current_key())}"
+            key = f" for key {short_repr(self.backend.get_current_key())}"
         except KeyedStateError:
             key = ""
         on = f" on {what}" if what else ""

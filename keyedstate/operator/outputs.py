@@ -9,15 +9,19 @@ from typing import Any, Callable, Iterable, Optional
 from keyedstate.api.time_domain import OutputTag
 from keyedstate.errors import InvalidOutputError
 
-__all__ = ["OutputBuffer"]
+__all__ = ["OutputBuffer", "short_repr"]
 
 _NOT_ITERABLE_RESULTS = (str, bytes, bytearray, dict)
 _RECORD_TYPES = (tuple, list, dict)  # a returned tuple of these is a tuple of records
 
 
-def _short(value: Any, limit: int = 80) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 4] + "...)"
+def short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages that quote user data."""
+    return _clip(repr(value), limit)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class OutputBuffer:
@@ -36,7 +40,8 @@ class OutputBuffer:
     def mark_key(self, key: Any) -> None:
         self.key_marks.append((len(self.records), key))
 
-    def key_of(self, marks: list[tuple[int, Any]], index: int) -> Any:
+    @staticmethod
+    def key_of(marks: list[tuple[int, Any]], index: int) -> Any:
         """The key whose call produced record ``index`` of a drained list, given the marks taken with it."""
         position = bisect_right(marks, index, key=lambda mark: mark[0]) - 1
         return marks[position][1] if position >= 0 else None
@@ -60,10 +65,11 @@ class OutputBuffer:
             )
         if isinstance(result, tuple) and result and not isinstance(result[0], _RECORD_TYPES):
             # `return "a", 1` would be walked as the two records "a" and 1
-            record = _short(result)[1:-1] if type(result) is tuple else _short(result)
+            record = ", ".join(map(repr, result)) if type(result) is tuple else repr(result)
             raise InvalidOutputError(
-                f"{describe()} returned the tuple {_short(result)}, which would be read as {len(result)} separate "
-                f"records; yield the record instead (`yield {record}`), or return a list of records"
+                f"{describe()} returned the tuple {short_repr(result, 80)}, which would be read as {len(result)} "
+                f"separate records; yield the record instead (`yield {_clip(record, 80)}`), or return a list of "
+                f"records"
             )
         records = self.records
         timestamps = self.timestamps

@@ -57,8 +57,8 @@ __all__ = [
 ]
 
 INTERNAL_COLUMN_PREFIX = "_keyedstate_"
-KEY_GROUP_COLUMN = "_keyedstate_key_group"
-EVENT_TIME_MS_COLUMN = "_keyedstate_event_time_ms"
+KEY_GROUP_COLUMN = INTERNAL_COLUMN_PREFIX + "key_group"
+EVENT_TIME_MS_COLUMN = INTERNAL_COLUMN_PREFIX + "event_time_ms"
 DEFAULT_NUM_KEY_GROUPS = 128
 DEFAULT_POLL_INTERVAL_MS = 1_000
 
@@ -119,7 +119,7 @@ def _check_num_key_groups(num_key_groups: int) -> None:
 
 
 _WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"
-LATE_EVENTS_ANCHOR_COLUMN = "_keyedstate_watermark_anchor"
+LATE_EVENTS_ANCHOR_COLUMN = INTERNAL_COLUMN_PREFIX + "watermark_anchor"
 # Far in the future, yet inside pandas' nanosecond range (which ends in 2262): it reaches the Python workers.
 _LATE_EVENTS_ANCHOR_TIME = "2262-01-01 00:00:00"
 

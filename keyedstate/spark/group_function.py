@@ -22,6 +22,7 @@ import pandas as pd
 from keyedstate.api.time_domain import MIN_WATERMARK, TimeDomain
 from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
 from keyedstate.operator.keyed_process import KeyedProcessOperator
+from keyedstate.operator.outputs import OutputBuffer
 from keyedstate.serialization import encode_key, encode_keys_with_prefix
 from keyedstate.spark.compat import current_batch_id, task_attempt_number, task_partition_id, watermark_or_none
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of
@@ -192,7 +193,7 @@ class _GroupRuntime:
         if not records and not side:
             return None
         return self.spec.layout.to_pandas(records, side, f"{where}, output of {operator.function_name}",
-                                          lambda index: operator.outputs.key_of(marks, index))
+                                          lambda index: OutputBuffer.key_of(marks, index))
 
     def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
         spec = self.spec

@@ -128,11 +128,12 @@ class OpenDatabases:
             self._kept[path] = KeptDatabase(database, tag, lock, time.monotonic(), families, moves_with)
             evicted = []
             total = sum(kept.families for kept in self._kept.values())
-            for oldest in sorted(self._kept, key=lambda p: self._kept[p].last_used):
-                if len(self._kept) <= self.max_kept and total <= self.max_families:
-                    break
-                evicted.append((oldest, self._kept.pop(oldest)))
-                total -= evicted[-1][1].families
+            if len(self._kept) > self.max_kept or total > self.max_families:
+                for oldest in sorted(self._kept, key=lambda p: self._kept[p].last_used):
+                    if len(self._kept) <= self.max_kept and total <= self.max_families:
+                        break
+                    evicted.append((oldest, self._kept.pop(oldest)))
+                    total -= evicted[-1][1].families
         for evicted_path, kept in evicted:
             self._close(evicted_path, kept)
         return True

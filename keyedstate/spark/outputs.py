@@ -13,6 +13,7 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from keyedstate.errors import InvalidOutputError
+from keyedstate.operator.outputs import short_repr
 
 __all__ = ["OutputLayout", "SIDE_OUTPUT_TAG_COLUMN", "side_output_column"]
 
@@ -58,7 +59,7 @@ class OutputLayout:
                 raise InvalidOutputError(
                     f"a dict record does not match the output schema ({', '.join(names)}): "
                     f"{'missing ' + ', '.join(missing) if missing else ''}"
-                    f"{'; unexpected ' + ', '.join(map(str, extra)) if extra else ''}. Record: {_short(record)}"
+                    f"{'; unexpected ' + ', '.join(map(str, extra)) if extra else ''}. Record: {short_repr(record)}"
                 )
             return tuple(record[n] for n in names)
         as_dict = getattr(record, "asDict", None)  # pyspark Row
@@ -68,14 +69,14 @@ class OutputLayout:
             if len(record) != len(names):
                 raise InvalidOutputError(
                     f"a record has {len(record)} fields but the output schema has {len(names)} "
-                    f"({', '.join(names)}). Record: {_short(record)}"
+                    f"({', '.join(names)}). Record: {short_repr(record)}"
                 )
             return tuple(record)
         if len(names) == 1:
             return (record,)
         raise InvalidOutputError(
             f"a {type(record).__qualname__} record cannot fill the {len(names)} output columns "
-            f"({', '.join(names)}); yield a tuple, a dict or a Row. Record: {_short(record)}"
+            f"({', '.join(names)}); yield a tuple, a dict or a Row. Record: {short_repr(record)}"
         )
 
     def to_pandas(
@@ -161,8 +162,3 @@ def _first_bad_value(column: pd.Series, arrow_type: pa.DataType) -> tuple[Option
 def _at(where: str, key_of: Optional[Callable[[int], Any]], index: Optional[int]) -> str:
     key = key_of(index) if key_of is not None and index is not None else None
     return where if key is None else f"{where}, key {key!r}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:197] + "..."
