@@ -147,6 +147,31 @@ class ColumnTimerQueue:
             self.count -= 1
         return True
 
+    def remove_many(self, timers: list[InternalTimer]) -> bool:
+        """Delete every timer of ``timers`` (unknown ones are ignored); return whether the head was one of them.
+
+        Beyond the cache only the column knows whether a timer exists; those are looked up together in one
+        multi-get (a key deleting the timers it registered for each element of a run lands here)."""
+        if self._pending:
+            self.flush_deletes()
+        head = self.peek()  # loads the cache when it is empty, so the head is cached
+        lookups = []
+        for timer in timers:
+            cache = self.cache
+            i = bisect_left(cache, timer)
+            if i < len(cache) and cache[i] == timer:
+                self.remove(timer)
+            elif not (self.complete or (cache and timer < cache[-1])):
+                lookups.append(encode_record_key(timer))
+        if lookups:
+            column = self.column
+            for key, value in zip(lookups, column.get_many(lookups)):
+                if value is not None:
+                    column.delete(key)
+                    if self.count is not None:
+                        self.count -= 1
+        return head is not None and head in timers
+
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer of the key group, or None."""
         cache = self.cache

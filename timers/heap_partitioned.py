@@ -128,6 +128,10 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             heapify(queue.heap)
         return True
 
+    def remove_many(self, timers: list[InternalTimer], key_group: int) -> None:
+        for timer in timers:  # each may be in a firing batch (see remove)
+            self.remove(timer)
+
     def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
         # A key that registers and deletes timers within one run of its elements leaves deletions of timers that
         # were never queued, and registrations of timers already queued: outside a firing, one set lookup each

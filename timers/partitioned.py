@@ -80,16 +80,29 @@ class KeyGroupPartitionedTimerQueue:
                 heappush(self._heads, head)
         return True
 
+    def remove_many(self, timers: list[InternalTimer], key_group: int) -> None:
+        """Delete ``timers``, all of ``key_group`` (unknown ones are ignored)."""
+        queue = self.queues.get(key_group)
+        if queue is not None and queue.remove_many(timers):
+            head = queue.peek()
+            if head is not None:
+                heappush(self._heads, head)
+
     def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
         """Register (True) or delete (False) the timer ``(timestamp, prefix, namespace, key_group)`` for every
-        ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``CoalescingTimerService``)."""
+        ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``CoalescingTimerService``).
+        The order does not matter (every timestamp occurs once), so the deletions go to the queue together."""
         add = self.add
-        remove = self.remove
+        deletions = []
         for timestamp, registered in changes.items():
             if registered:
                 add((timestamp, prefix, namespace, key_group))
             else:
-                remove((timestamp, prefix, namespace, key_group))
+                deletions.append((timestamp, prefix, namespace, key_group))
+        if len(deletions) == 1:
+            self.remove(deletions[0])
+        elif deletions:
+            self.remove_many(deletions, key_group)
 
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer over all key groups, or None."""

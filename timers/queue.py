@@ -83,6 +83,13 @@ class HeapTimerQueue:
             heapify(self.heap)
         return True
 
+    def remove_many(self, timers: list[InternalTimer]) -> bool:
+        """Delete every timer of ``timers`` (unknown ones are ignored); return whether the head was one of them."""
+        head = self.peek()
+        for timer in timers:
+            self.remove(timer)
+        return head is not None and head in timers
+
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer, or None."""
         heap = self.heap

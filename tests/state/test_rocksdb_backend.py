@@ -55,11 +55,22 @@ NAMESPACE = encode_key(None)
 def test_each_state_and_raw_column_has_its_own_column_family(backend):
     backend.get_or_create_state(ValueStateDescriptor("default", int))
     backend.get_or_create_state(ListStateDescriptor("timers", int))
-    backend.raw_column("timers")
+    backend.raw_column("timers").put(b"k", b"v")
     families = set(backend._database.column_families)
     assert {"state:default", "state:timers", "raw:timers"} <= families
     assert backend.stored_state_names() == ["default", "timers"]
     assert backend.raw_column_names() == ["timers"]
+
+
+def test_a_raw_column_family_is_created_by_its_first_write_and_reads_nothing_before(backend):
+    column = backend.raw_column("processing-timers")
+    assert column.get(b"k") is None and list(column.items()) == []
+    column.delete(b"k")
+    column.delete_range(b"a", b"z")
+    assert "raw:processing-timers" not in backend._database.column_families
+    column.put(b"k", b"v")
+    assert backend.raw_column_names() == ["processing-timers"]
+    assert column.get(b"k") == b"v" and list(column.items()) == [(b"k", b"v")]
 
 
 def test_value_entries_use_the_shared_layout(backend):

@@ -65,6 +65,18 @@ def _exercise(queue, model, rng, steps, key_groups=(3,)):
         if op < 0.5:
             queue.add(t)
             model.add(t)
+        elif op < 0.6:
+            # several of one key group at once (a key's coalesced deletes): heads, queued and unknown timers
+            key_group = rng.choice(key_groups)
+            mine = sorted(x for x in model if x.key_group == key_group)
+            chosen = {timer(rng.randrange(60), f"k{rng.randrange(12)}", key_group) for _ in range(2)}
+            chosen.update(mine[:rng.randrange(3)] + rng.sample(mine, min(len(mine), 2)))
+            chosen = sorted(chosen)
+            if partitioned:
+                queue.remove_many(chosen, key_group)
+            else:
+                assert queue.remove_many(chosen) == (bool(mine) and mine[0] in chosen)
+            model.difference_update(chosen)
         elif op < 0.75:
             if model and rng.random() < 0.5:
                 t = rng.choice(sorted(model)[:3])  # often a head, which moves the key group's minimum

@@ -118,5 +118,9 @@ class RawColumn(ABC):
         for key, value in pairs:
             self.put(key, value)
 
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """The value of each key (None where absent), in order."""
+        return [self.get(key) for key in keys]
+
     def clear(self) -> None:
         self.delete_range(b"\x00\x00", b"\xff\xff\xff")

@@ -65,6 +65,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
         # sha256 of local SST files by (name, size): SSTs are immutable and a live database never reuses a number.
         self.sst_checksums: dict[tuple[str, int], str] = {}
+        self._value_stores: list[RocksDBValueStore] = []
         self._database = RocksDatabase(self.path, self.options, self.record_changes,
                                        collect_on_close=self.collect_on_close)
         self._remove_leftover_work_directories()
@@ -84,7 +85,22 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return super()._create_primitive(descriptor, codec, store)
 
     def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBValueStore:
-        return RocksDBValueStore(self, self._state_family(descriptor), codec, descriptor.name)
+        store = RocksDBValueStore(self, self._state_family(descriptor), codec, descriptor.name)
+        self._value_stores.append(store)
+        return store
+
+    def write_pending_values(self, forget: bool = False) -> None:
+        """Write the entries value states kept back (see :class:`RocksDBValueStore`); called before the column
+        families are read or written other than through the stores. ``forget``: the caller writes to the database
+        directly next, so what the stores remember may become stale."""
+        for store in self._value_stores:
+            store.write_pending()
+            if forget:
+                store.forget_memo()
+
+    def _run_pre_snapshot_hooks(self) -> None:
+        super()._run_pre_snapshot_hooks()
+        self.write_pending_values()
 
     def _create_list_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBListStore:
         return RocksDBListStore(self, self._state_family(descriptor), codec, descriptor.name)
@@ -125,6 +141,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     # ---- column families of states that may not be registered ----------------------------------------------------
 
     def _family_of_state(self, state_name: str) -> Any:
+        self.write_pending_values()
         family = self._database.column_families.get(STATE_CF_PREFIX + state_name)
         if family is None:
             if state_name in self._restored_metadata:
@@ -182,6 +199,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._write_metadata([metadata] if registered is None else [])
         owned = self.key_group_range
         kept = [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        self.write_pending_values(forget=True)
         database = self._database
         family = STATE_CF_PREFIX + metadata.name
         database.column_family(family)
@@ -255,6 +273,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def replay(self, changes: Any) -> None:
         """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
         again: it is stored already)."""
+        self.write_pending_values(forget=True)
         changes.apply(self._database)
         self._load_metadata_from_database()  # the changes may describe states the database did not know
 
@@ -274,12 +293,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return [registered.store for registered in self._states.values()] + list(self._raw_columns.values())
 
     def _family_names_of_registered(self) -> list[str]:
-        return [STATE_CF_PREFIX + name for name in self._states] + [RAW_CF_PREFIX + n for n in self._raw_columns]
+        # raw columns are created by their first write (see RocksDBRawColumn)
+        return [STATE_CF_PREFIX + name for name in self._states]
 
     def _close_database(self) -> None:
-        for store in self._stores():
-            store.unbind(self.path)
-        self._database.close()
+        try:
+            self.write_pending_values()
+        finally:
+            for store in self._stores():
+                store.unbind(self.path)
+            self._database.close()
 
     def _open_database(self, reuse_existing: bool) -> None:
         from dataclasses import replace

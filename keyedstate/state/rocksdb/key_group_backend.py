@@ -71,6 +71,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         """Unbind every state from the current database and hand it to the caller, still open (and locked)."""
         if not self._attached:
             raise ValueError("no key group database is attached")
+        self.write_pending_values()
         for store in self._stores():
             store.unbind(self.path)
         self._attached = False
@@ -103,6 +104,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
 
     def is_empty(self) -> bool:
         """Whether no state and no raw column (timers) holds an entry."""
+        self.write_pending_values()
         return self._database.is_empty()
 
     def replay(self, changes: ChangeLog) -> None:
@@ -111,6 +113,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
 
     def estimate_keys_with_state(self) -> int:
         """RocksDB's estimate of the entries in the state column families (exact counting would scan them all)."""
+        self.write_pending_values()
         total = 0
         for name in self._database.family_names(STATE_CF_PREFIX):
             try:

@@ -3,7 +3,8 @@
 ``ValueState.value()`` and ``update()`` run once or twice per element; over a RocksDB store each went through two
 Python calls (the primitive, then the store). :class:`RocksDBValueState` does the store's work in its own frame and
 falls back to the store's methods, which name the state in their errors, for everything unusual (no current key,
-a serializer or type failure, a RocksDB error).
+a serializer or type failure, a RocksDB error). It also keeps the entry it last wrote or read in the store's memo
+(see :class:`RocksDBValueStore`): a run of one key's elements reads RocksDB at most once and writes it once.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from keyedstate.state.primitives import ValueState
-from keyedstate.state.rocksdb.stores import RocksDBValueStore
+from keyedstate.state.rocksdb.stores import NOT_KEPT, RocksDBValueStore
 
 __all__ = ["RocksDBValueState"]
 
@@ -41,18 +42,33 @@ class RocksDBValueState(ValueState):
                 return store.get(self._namespace)  # raises NoKeyContextError
             self._stored_key = prefix + self._namespace
             self._key_prefix = prefix
-        try:
-            data = store._cf.get(self._stored_key)
-        except Exception:
-            return store.get(self._namespace)  # raises the store's error naming the state and the database
+        stored_key = self._stored_key
+        if store.memo_key is stored_key:  # the entry this state last wrote or read, for this very key
+            value = store.memo_value
+            if value is not NOT_KEPT:
+                return value
+            data = store.memo_data
+        else:
+            data = None
         if data is None:
-            return None
+            if store.memo_data is not None:
+                store.write_pending()
+            try:
+                data = store._cf.get(stored_key)
+            except Exception:
+                return store.get(self._namespace)  # raises the store's error naming the state and the database
+            if data is None:
+                store.memo_key, store.memo_value = stored_key, None
+                return None
         try:
             value = store._fast_deserialize(data)
         except Exception:
             return store.get(self._namespace)
         accepts = store._accepts
         if accepts is None or type(value) in store._exact_types or value is None or accepts(value):
+            if store.memo_key is not stored_key:
+                store.memo_key = stored_key
+                store.memo_value = value if _is_immutable(value) else NOT_KEPT
             return value
         return store.get(self._namespace)  # raises StateTypeMismatchError
 
@@ -72,7 +88,24 @@ class RocksDBValueState(ValueState):
             self._stored_key = prefix + self._namespace
             self._key_prefix = prefix
         try:
-            data = store._fast_serialize(value)
-            store._cf.put(self._stored_key, data)
+            data = store._fast_serialize(value)  # now: a value that cannot be stored fails at update()
         except Exception:
             store.put(self._namespace, value)  # redone by the store, which raises its error naming the state
+            return
+        stored_key = self._stored_key
+        if store.memo_data is not None and store.memo_key is not stored_key:
+            store.write_pending()
+        store.memo_key = stored_key
+        kind = type(value)  # _is_immutable inline: this runs for every element
+        store.memo_value = value if kind in _IMMUTABLE_SCALARS or (
+            kind is tuple and _IMMUTABLE_SCALARS.issuperset(map(type, value))) else NOT_KEPT
+        store.memo_data = data
+
+
+_IMMUTABLE_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
+
+
+def _is_immutable(value: Any) -> bool:
+    """Whether handing ``value`` out again cannot expose a later mutation (scalars, and tuples of scalars)."""
+    kind = type(value)
+    return kind in _IMMUTABLE_SCALARS or (kind is tuple and _IMMUTABLE_SCALARS.issuperset(map(type, value)))

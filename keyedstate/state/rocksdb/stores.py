@@ -14,9 +14,12 @@ from keyedstate.state.base.layout import LIST_SEQUENCE_BYTES, EntryCodec, pack_s
 from keyedstate.state.base.stores import MISSING, ListStore, MapStore, RawColumn, ValueStore
 from keyedstate.state.rocksdb.errors import translate
 
-__all__ = ["RocksDBValueStore", "RocksDBListStore", "RocksDBMapStore", "RocksDBRawColumn", "ClosedColumnFamily"]
+__all__ = ["NOT_KEPT", "RocksDBValueStore", "RocksDBListStore", "RocksDBMapStore", "RocksDBRawColumn", "ClosedColumnFamily"]
 
 _LAST_SEQUENCE = b"\xff" * LIST_SEQUENCE_BYTES
+NOT_KEPT = object()
+"""``RocksDBValueStore.memo_value`` when the memo holds only the serialized entry (a mutable value is never handed
+out twice: RocksDB state returns a fresh copy from every ``value()``, as Flink's does)."""
 # Next list sequence per (key, namespace); bounded so huge key spaces do not grow memory (a miss costs one seek).
 _SEQUENCE_CACHE_LIMIT = 65_536
 
@@ -78,9 +81,16 @@ class RocksDBValueStore(_RocksStore, ValueStore):
 
     Without TTL, reads call the descriptor's serializer and type check directly and fall back to the codec (which
     builds the error messages) only when either fails, saving three Python calls per read and one per write.
+
+    The last entry :class:`~keyedstate.state.rocksdb.primitives.RocksDBValueState` wrote is kept here and written
+    to RocksDB only when that state writes another key, or before anything else reads or writes the column family
+    (this store's own methods, :meth:`write_pending`, which the backend calls before iterating, snapshots and
+    changelogs, and before the database is closed or handed on). Elements arrive in runs of one key, so a key
+    updated for every element is written once per run, and read back from here instead of RocksDB.
     """
 
-    __slots__ = ("_fast_deserialize", "_fast_serialize", "_accepts", "_exact_types")
+    __slots__ = ("_fast_deserialize", "_fast_serialize", "_accepts", "_exact_types", "memo_key", "memo_value",
+                 "memo_data")
 
     def __init__(self, backend: Any, family_name: str, codec: EntryCodec, name: str) -> None:
         super().__init__(backend, family_name, codec, name)
@@ -90,7 +100,34 @@ class RocksDBValueStore(_RocksStore, ValueStore):
         self._accepts = None if codec.has_ttl or type_info.accepts_any else type_info.accepts
         self._exact_types = type_info.exact_types
 
+    def bind(self, database: Any) -> None:
+        self.forget_memo()  # a (re)bound store may face other data (a reset, another database)
+        super().bind(database)
+
+    def unbind(self, path: str) -> None:
+        self.forget_memo()  # the backend wrote it already (write_pending) or is discarding the database
+        super().unbind(path)
+
+    def forget_memo(self) -> None:
+        self.memo_key = None
+        self.memo_value = NOT_KEPT
+        self.memo_data = None
+
+    def write_pending(self) -> None:
+        """Write the entry the fast path kept back, if any (the memo stays, now clean)."""
+        data = self.memo_data
+        if data is not None:
+            self.memo_data = None
+            try:
+                self._cf.put(self.memo_key, data)
+            except Exception as error:
+                self.forget_memo()
+                raise self._fail(error, "write") from error
+
     def get(self, namespace: bytes) -> Any:
+        if self.memo_key is not None:
+            self.write_pending()
+            self.forget_memo()
         try:
             data = self._cf.get(self._backend._current_prefix + namespace)
         except TypeError:
@@ -110,6 +147,9 @@ class RocksDBValueStore(_RocksStore, ValueStore):
         return self._deserialize(data)  # raises StateTypeMismatchError naming the state and both types
 
     def put(self, namespace: bytes, entry: Any) -> None:
+        if self.memo_key is not None:
+            self.write_pending()
+            self.forget_memo()
         # Serialized before the write: a value that cannot be serialized writes nothing.
         try:
             data = self._fast_serialize(entry)
@@ -124,6 +164,9 @@ class RocksDBValueStore(_RocksStore, ValueStore):
             raise self._fail(error, "write") from error
 
     def delete(self, namespace: bytes) -> None:
+        if self.memo_key is not None:
+            self.write_pending()
+            self.forget_memo()
         key = self._prefix(namespace)
         try:
             self._cf.delete(key)
@@ -279,7 +322,10 @@ class RocksDBMapStore(_RocksStore, MapStore):
 
 
 class RocksDBRawColumn(_RocksStore, RawColumn):
-    """An ordered bytes map in its own column family (the timer service keeps its queues here)."""
+    """An ordered bytes map in its own column family (the timer service keeps its queues here).
+
+    The family is created by the first write: most functions use timers of one time domain only, and every column
+    family costs time at each open and flush of a key group's database. Until then reads find nothing."""
 
     __slots__ = ("name",)
 
@@ -287,40 +333,86 @@ class RocksDBRawColumn(_RocksStore, RawColumn):
         self.name = name
         super().__init__(backend, family_name, None, name)
 
+    def bind(self, database: Any) -> None:
+        self._database = database
+        self._cf = self._handle = None
+        self._existing()
+
+    def _existing(self) -> Any:
+        """The column family if the database has it (a replayed changelog may have created it), else None."""
+        family = self._database.column_families.get(self._family_name)
+        if family is not None:
+            self._cf = family
+            self._handle = self._database.handles[self._family_name]
+        return family
+
+    def _for_write(self) -> Any:
+        family = self._cf
+        if family is None and self._existing() is None:
+            super().bind(self._database)  # creates the column family
+            family = self._cf
+        return family
+
     def get(self, key: bytes) -> bytes | None:
+        family = self._cf
+        if family is None and self._existing() is None:
+            return None
         try:
             return self._cf.get(key)
         except Exception as error:
             raise self._fail(error, "read") from error
 
-    def put(self, key: bytes, value: bytes) -> None:
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        family = self._cf
+        if family is None and self._existing() is None:
+            return [None] * len(keys)
         try:
-            self._cf.put(key, value)
+            return self._cf.get(keys)  # one multi-get
+        except Exception as error:
+            raise self._fail(error, "read") from error
+
+    def put(self, key: bytes, value: bytes) -> None:
+        family = self._for_write()
+        try:
+            family.put(key, value)
         except Exception as error:
             raise self._fail(error, "write") from error
 
     def delete(self, key: bytes) -> None:
+        family = self._cf
+        if family is None and self._existing() is None:
+            return
         try:
             self._cf.delete(key)
         except Exception as error:
             raise self._fail(error, "write") from error
 
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        iterator = self._cf.items(from_key=start) if start is not None else self._cf.items()
+        family = self._cf
+        if family is None and self._existing() is None:
+            return iter(())
+        family = self._cf
+        iterator = family.items(from_key=start) if start is not None else family.items()
         return _until(iterator, end)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
+        family = self._cf
+        if family is None and self._existing() is None:
+            return
         try:
             self._cf.delete_range(start, end)
         except Exception as error:
             raise self._fail(error, "write") from error
 
     def put_many(self, pairs: Iterable[tuple[bytes, bytes]]) -> None:
+        pairs = list(pairs)
+        if not pairs:
+            return
+        self._for_write()
         batch = self._database.new_batch()
         for key, value in pairs:
             batch.put(key, value, self._handle)
-        if len(batch):
-            self._database.write(batch)
+        self._database.write(batch)
 
     def _fail(self, error: Exception, action: str) -> Exception:
         return translate(error, f"{action} raw column {self.name!r} of", self._backend.path)
