@@ -1,0 +1,190 @@
+"""A randomized workload for the differential test of the compiled fast path (tests/test_compiled_differential.py).
+
+Run as ``python -m tests.compiled_workload SEED...``: prints one JSON trace per seed of everything a user could
+observe — every output record in order, the state of every key and the pending timers after every batch — from
+a function that registers and deletes timers of both domains while elements run and while timers fire, and uses
+value, list and map state. The workload runs through the Spark group function (key runs, the compiled row
+builder, timer calls and timer flush) and through the harness (one element at a time). The test runs this module
+with and without ``KEYEDSTATE_PURE_PYTHON`` and compares the traces.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pyspark.sql import Row
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+from keyedstate import (
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    Types,
+    ValueStateDescriptor,
+)
+from keyedstate.spark.group_function import _RUNTIMES, EVENT_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.key_group_layout import balanced_grouping_value
+from keyedstate.spark.outputs import OutputLayout
+from keyedstate.testing import KeyedProcessHarness
+
+COUNT = ValueStateDescriptor("count", Types.LONG())
+ITEMS = ListStateDescriptor("items", Types.STRING())
+SEEN = MapStateDescriptor("seen", Types.STRING(), Types.LONG())
+KEYS = [f"k{i}" for i in range(6)]
+
+
+class Chaos(KeyedProcessFunction):
+    """Each element's ``op`` picks what it does; timers re-register, delete and clear deterministically."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(COUNT)
+        self.items = runtime_context.get_list_state(ITEMS)
+        self.seen = runtime_context.get_map_state(SEEN)
+
+    def process_element(self, value, ctx):
+        timers = ctx.timer_service()
+        ts = ctx.timestamp()
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        op, a = value["op"], value["a"]
+        if op == 0:
+            timers.register_event_time_timer(ts + a)
+        elif op == 1:
+            timers.delete_event_time_timer(ts + a)
+        elif op == 2:
+            timers.register_processing_time_timer(timers.current_processing_time() + a)
+        elif op == 3:
+            timers.delete_processing_time_timer(timers.current_processing_time() + a)
+        elif op == 4:
+            self.items.add(f"i{a}")
+        elif op == 5:
+            self.seen.put(f"s{a % 5}", a)
+        elif op == 6:
+            self.count.clear()
+        elif op == 7:  # register then delete within one run: the net effect is no timer
+            timers.register_event_time_timer(ts + a)
+            timers.delete_event_time_timer(ts + a)
+        yield ctx.get_current_key(), f"e{op}:{count}"
+
+    def on_timer(self, timestamp, ctx):
+        timers = ctx.timer_service()
+        step = timestamp % 5
+        if step == 0:
+            timers.register_event_time_timer(timestamp + 3)  # may fire in the same advance
+        elif step == 1:
+            timers.delete_event_time_timer(timestamp + 2)
+        elif step == 2:
+            timers.register_processing_time_timer(timestamp + 7)
+        elif step == 3:
+            self.count.update((self.count.value() or 0) + 100)
+            self.items.clear()
+        yield ctx.get_current_key(), f"t{ctx.time_domain()}:{timestamp}:{self.count.value()}"
+
+
+def batches(seed: int) -> list[list[tuple[str, int, int, int]]]:
+    """Batches of (key, event time ms, op, a), event times mostly increasing."""
+    rng = random.Random(seed)
+    out, now = [], 1_000
+    for _ in range(6):
+        batch = []
+        for _ in range(rng.randrange(5, 40)):
+            batch.append((rng.choice(KEYS), now + rng.randrange(-20, 60), rng.randrange(8), rng.randrange(1, 50)))
+        out.append(batch)
+        now += rng.randrange(20, 80)
+    return out
+
+
+def _state_of(read: Any) -> dict[str, Any]:
+    return {key: read(key) for key in KEYS}
+
+
+class _GroupState:
+    """Spark's GroupState for one key group, with the watermark and batch time a test sets."""
+
+    def __init__(self) -> None:
+        self.row: Any = None
+        self.watermark_ms = 0
+        self.now_ms = 0
+        self.timeout_ms: Any = None
+
+    exists = property(lambda self: self.row is not None)
+    get = property(lambda self: self.row)
+
+    def update(self, row: Any) -> None:
+        self.row = row
+
+    def remove(self) -> None:
+        self.row = None
+
+    def setTimeoutTimestamp(self, timestamp: int) -> None:
+        self.timeout_ms = timestamp
+
+    def setTimeoutDuration(self, duration: int) -> None:
+        self.timeout_ms = self.now_ms + duration
+
+    def getCurrentWatermarkMs(self) -> int:
+        return self.watermark_ms
+
+    def getCurrentProcessingTimeMs(self) -> int:
+        return self.now_ms
+
+
+def through_group_function(seed: int) -> list[Any]:
+    spec = GroupFunctionSpec(
+        runtime_id=f"differential-{seed}", key_columns=("key",), value_columns=("key", "op", "a"),
+        key_group_column="_kg", event_time_ms_column="_ms", time_mode=EVENT_TIME, num_key_groups=1,
+        poll_interval_ms=1000,
+        layout=OutputLayout(StructType([StructField("key", StringType()), StructField("what", StringType())])),
+    )
+    function = make_group_function(spec, Chaos())
+    state = _GroupState()
+    trace: list[Any] = []
+    try:
+        for number, batch in enumerate(batches(seed)):
+            state.now_ms = 10_000 + 40 * number
+            frame = pd.DataFrame({
+                "key": [k for k, _, _, _ in batch], "op": np.array([o for _, _, o, _ in batch], dtype="int64"),
+                "a": np.array([a for _, _, _, a in batch], dtype="int64"),
+                "_ms": np.array([t for _, t, _, _ in batch], dtype="int64"), "_kg": 0,
+            })
+            for out in function((balanced_grouping_value(0),), iter([frame]), state):
+                trace.append(out.astype(object).where(out.notna(), None).values.tolist())
+            trace.append(["timeout", state.timeout_ms])
+            state.watermark_ms = max(t for _, t, _, _ in batch) - 10
+    finally:
+        _RUNTIMES.pop(spec.runtime_id, None)
+    return trace
+
+
+def through_harness(seed: int) -> list[Any]:
+    trace: list[Any] = []
+    with KeyedProcessHarness(Chaos(), key_selector=lambda row: row["key"]) as harness:
+        for number, batch in enumerate(batches(seed)):
+            harness.set_processing_time(10_000 + 40 * number)
+            for key, ts, op, a in sorted(batch, key=lambda element: (element[0], element[1])):
+                harness.process_element(Row(key=key, op=op, a=a), timestamp=ts)
+            harness.process_watermark(max(t for _, t, _, _ in batch) - 10)
+            trace.append([list(record) for record in harness.extract_output()])
+            trace.append(_state_of(lambda key: [harness.state(key, COUNT).value(),
+                                                list(harness.state(key, ITEMS).get() or []),
+                                                sorted(harness.state(key, SEEN).items())]))
+            trace.append([harness.num_event_time_timers(), harness.num_processing_time_timers()])
+    return trace
+
+
+def main(seeds: list[int]) -> None:
+    from keyedstate.compiled import fastpath
+
+    for seed in seeds:
+        print(json.dumps({"seed": seed, "compiled": fastpath is not None,
+                          "group_function": through_group_function(seed),
+                          "harness": through_harness(seed)}, default=str))
+
+
+if __name__ == "__main__":
+    main([int(argument) for argument in sys.argv[1:]])
