@@ -139,6 +139,10 @@ class DefaultValueCodec:
     def __init__(self) -> None:
         self._packer = msgpack.Packer(default=_default, use_bin_type=True, strict_types=True, autoreset=True)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # descriptors travel to Spark's executors (read_keyed_state_frame); the packer itself cannot be pickled
+        return (DefaultValueCodec, ())
+
     def serialize(self, value: Any) -> bytes:
         kind = type(value)
         if kind is int and _INT64_MIN <= value <= _INT64_MAX:

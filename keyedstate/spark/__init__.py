@@ -13,6 +13,7 @@ from keyedstate.spark.api import (
 )
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
+from keyedstate.spark.state_frame import read_keyed_state_frame
 from keyedstate.spark.state_reader import read_keyed_state
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "apply_recommended_conf",
     "recommended_spark_conf",
     "read_keyed_state",
+    "read_keyed_state_frame",
     "SnapshotPolicy",
 ]

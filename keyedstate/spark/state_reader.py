@@ -21,7 +21,7 @@ from keyedstate.state.descriptors import StateDescriptor
 from timers import decode_key_group_blob
 from timers.codec import decode_record
 
-__all__ = ["read_keyed_state", "decode_state_row"]
+__all__ = ["read_keyed_state", "decode_state_row", "state_rows_frame"]
 
 _PICKLE = PickleValueCodec()
 
@@ -104,6 +104,19 @@ def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descript
             backend.close()
 
 
+def state_rows_frame(spark: Any, checkpoint_location: str, *, batch_id: Optional[int] = None,
+                     operator_id: int = 0) -> Any:
+    """The query's key-group state rows (columns of ``STATE_ROW_SCHEMA_DDL``) via Spark's state data source."""
+    reader = spark.read.format("statestore").option("operatorId", operator_id)
+    if batch_id is not None:
+        reader = reader.option("batchId", batch_id)
+    frame = reader.load(checkpoint_location)
+    value_type = frame.schema["value"].dataType
+    # Spark's state format 2 nests the user's state row as value.groupState next to the timeout.
+    column = "value.groupState" if "groupState" in value_type.fieldNames() else "value"
+    return frame.select(f"{column}.*")
+
+
 def read_keyed_state(
     spark: Any,
     checkpoint_location: str,
@@ -114,19 +127,14 @@ def read_keyed_state(
     state_storage: Optional[str] = None,
 ) -> dict[Any, dict[str, Any]]:
     """Every key's state (and pending timers) of a keyed_process query as of ``batch_id`` (default: the last
-    committed batch). Pass the function's descriptors to decode values stored with custom serializers. RocksDB
+    committed batch), collected into a dict on the driver: for tests and small state (``read_keyed_state_frame``
+    reads any size). Pass the function's descriptors to decode values stored with custom serializers. RocksDB
     mode: the state files are read where the query wrote them; ``state_storage`` overrides that location (the
     ``<state_storage>/<query id>/<uid>`` directory) when they were moved."""
-    reader = spark.read.format("statestore").option("operatorId", operator_id)
-    if batch_id is not None:
-        reader = reader.option("batchId", batch_id)
-    frame = reader.load(checkpoint_location)
-    value_type = frame.schema["value"].dataType
-    # Spark's state format 2 nests the user's state row as value.groupState next to the timeout.
-    column = "value.groupState" if "groupState" in value_type.fieldNames() else "value"
+    rows = state_rows_frame(spark, checkpoint_location, batch_id=batch_id, operator_id=operator_id)
     result: dict[Any, dict[str, Any]] = {}
-    for (state_row,) in frame.select(column).collect():
-        if state_row is None:
+    for state_row in rows.collect():
+        if state_row[0] is None:
             continue
         result.update(decode_state_row(StateRow.from_row(state_row), descriptors, state_storage))
     return result
