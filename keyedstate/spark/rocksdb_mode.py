@@ -189,7 +189,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 return
             path = call[0]
             tag = self._saved_tag if succeeded else None
-            if tag is not None and self.open is not None and self.backend.record_changes and lock is not None:
+            if tag is not None and self.open is not None and lock is not None:
+                self.backend.start_recording()  # a database opened empty: its whole content is stored already
                 database = self.backend.detach_key_group()
                 if self.open.keep(path, database, tag, lock, moves_with=task_partition_id()):
                     lock = None  # the kept database holds it

@@ -73,11 +73,12 @@ def database_path(tmp_path) -> str:
 
 def test_with_worker_reuse_the_database_stays_open_between_calls_and_untagged_on_disk(worker, tmp_path):
     function, state = worker(reuse=True), FakeGroupState()
-    call(function, ["a", "b"], state)  # a first call closes its new database
+    call(function, ["a", "b"], state)  # a first call stores its new database whole, and keeps it open too
+    open_databases = open_databases_of(_local_of(tmp_path))
+    assert len(open_databases) == 1
     call(function, ["a"], state)
     path = database_path(tmp_path)
     assert not os.path.exists(os.path.join(path, "KEYEDSTATE-TAG"))  # open here, trusted in memory only
-    open_databases = open_databases_of(_local_of(tmp_path))
     assert len(open_databases) == 1
     assert call(function, ["a", "b"], state) == [("a", 3), ("b", 2)]
 
@@ -116,3 +117,14 @@ def _local_of(tmp_path):
     from keyedstate.spark.local_databases import LocalDatabases
 
     return LocalDatabases(str(tmp_path / "local"))
+
+
+def test_a_new_database_kept_open_after_its_first_call_records_the_writes_of_the_next(worker, tmp_path):
+    import shutil
+
+    function, state = worker(reuse=True), FakeGroupState()
+    call(function, ["a"], state)  # stored whole, then kept open
+    call(function, ["a", "b"], state)  # on the kept database: these writes must reach a changelog
+    open_databases_of(_local_of(tmp_path)).close_all()
+    shutil.rmtree(tmp_path / "local")  # so the next call rebuilds from durable storage alone
+    assert call(function, ["a", "b"], state) == [("a", 3), ("b", 2)]

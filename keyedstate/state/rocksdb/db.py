@@ -88,6 +88,14 @@ class RocksDatabase:
         self._recorded.clear()  # in place: every recording family appends to this list
         return changes
 
+    def start_recording(self) -> None:
+        """Record every write from now on (a database opened empty whose content was just stored whole); the
+        column family objects handed out before must be fetched again."""
+        if self._recorded is None:
+            self._recorded = []
+            for name in list(self.column_families):
+                self._bind(name)
+
     def contents_as_changes(self) -> ChangeLog:
         """Everything the database holds as puts: the changes of a database that was opened empty."""
         ops: list[Operation] = []

@@ -67,6 +67,16 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self.sst_checksums = {}
         self._bound_to_database()
 
+    def start_recording(self) -> None:
+        """Record the writes of later calls from now on (see :meth:`open_key_group`): lets a database opened empty
+        stay open for the next call once this call's content is stored."""
+        if not self.record_changes:
+            self.write_pending_values()
+            self._database.start_recording()
+            self.record_changes = True
+            for store in self._stores():
+                store.bind(self._database)
+
     def detach_key_group(self) -> RocksDatabase:
         """Unbind every state from the current database and hand it to the caller, still open (and locked)."""
         if not self._attached:
