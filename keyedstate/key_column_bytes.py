@@ -50,8 +50,11 @@ def _plain(value: Any) -> Any:
 
 
 def key_value_mismatch(column_type: KeyColumnType, value: Any, needs: str) -> ConfigurationError:
+    """The error for a key column value that does not fit the column's declared type."""
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
     return ConfigurationError(
-        f"the key value {value!r} ({type(value).__qualname__}) does not fit key column type {column_type}: {needs}. "
+        f"the key value {shown} ({type(value).__qualname__}) does not fit key column type {column_type}: {needs}. "
         f"Declare the type the Spark key column has (see df.schema), or convert the key to it"
     )
 
@@ -78,7 +81,11 @@ def _real(column_type: KeyColumnType, value: Any) -> float:
         value = _plain(value)
         if not isinstance(value, (float, int)) or isinstance(value, bool):
             raise key_value_mismatch(column_type, value, "it takes a float")
-    return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise key_value_mismatch(column_type, value, "it is beyond the double range") from None
+    return value
 
 
 def _float_encoder(column_type: KeyColumnType) -> Encoder:
@@ -107,24 +114,28 @@ def _double_encoder(column_type: KeyColumnType) -> Encoder:
 
 def _unscaled(column_type: KeyColumnType, value: Any) -> int:
     """The value's digits at the column's scale, exactly (Spark would round, or overflow to null; a key that does
-    not fit its declared type is a mistake worth reporting)."""
+    not fit its declared type is a mistake worth reporting). Works on the digits, so an exponent such as
+    ``1E+999999999`` is refused without building the number."""
+    precision, scale = column_type.precision, column_type.scale
     value = _plain(value)
     if isinstance(value, int) and not isinstance(value, bool):
-        sign, coefficient, exponent = (1 if value < 0 else 0), abs(value), 0
-    elif isinstance(value, decimal.Decimal) and value.is_finite():
-        sign, digits, exponent = value.as_tuple()
-        coefficient = int("".join(map(str, digits)))
-    else:
+        if abs(value) >= 10 ** (precision - scale):
+            raise key_value_mismatch(column_type, value, f"it has {precision - scale} digits before the point")
+        return value * 10**scale
+    if not isinstance(value, decimal.Decimal) or not value.is_finite():
         raise key_value_mismatch(column_type, value, "it takes a finite decimal.Decimal or an int")
-    shift = exponent + column_type.scale
-    if shift >= 0:
-        unscaled = coefficient * 10**shift
-    else:
-        unscaled, dropped = divmod(coefficient, 10**-shift)
-        if dropped:
-            raise key_value_mismatch(column_type, value, f"it has {column_type.scale} digits after the point")
-    if unscaled >= 10**column_type.precision:
-        raise key_value_mismatch(column_type, value, f"it has {column_type.precision - column_type.scale} digits before the point")
+    sign, digits, exponent = value.as_tuple()
+    if not any(digits):
+        return 0
+    shift = exponent + scale  # unscaled = digits * 10**shift
+    if shift < 0:
+        digits, dropped = digits[:shift], digits[shift:]
+        if any(dropped):
+            raise key_value_mismatch(column_type, value, f"it has {scale} digits after the point")
+        shift = 0
+    if len(digits) + shift > precision:  # digits has no leading zero
+        raise key_value_mismatch(column_type, value, f"it has {precision - scale} digits before the point")
+    unscaled = int("".join(map(str, digits))) * 10**shift
     return -unscaled if sign else unscaled
 
 

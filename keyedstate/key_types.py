@@ -56,8 +56,13 @@ class KeyColumnType:
         if self.name == "array":
             return f"array<{self.children[0]}>"
         if self.name == "struct":
-            return "struct<" + ",".join(f"{n}:{t}" for n, t in zip(self.field_names, self.children)) + ">"
+            fields = zip(self.field_names, self.children)
+            return "struct<" + ",".join(f"{_quoted(name)}:{child}" for name, child in fields) + ">"
         return self.name
+
+
+def _quoted(name: str) -> str:
+    return name if name.isidentifier() else "`" + name.replace("`", "``") + "`"
 
 
 KeyTypeSpec = Union[KeyColumnType, str, Any]  # Any: a pyspark DataType or StructField

@@ -225,10 +225,11 @@ def test_the_fast_path_for_str_and_int_keys_matches_the_declared_types():
     ("bool", "boolean"), ("real", "float"), ("timestamp_ltz", "timestamp"), ("varchar(20)", "string"),
     ("decimal", "decimal(10,0)"), ("DEC(5)", "decimal(5,0)"), ("numeric(20, 3)", "decimal(20,3)"),
     ("string collate UTF8_BINARY", "string"), ("array<struct<x: bigint, `y z`: varchar(3) NOT NULL>>",
-                                                "array<struct<x:bigint,y z:string>>"),
+                                                "array<struct<x:bigint,`y z`:string>>"),
 ])
 def test_spark_ddl_type_names_and_their_aliases_parse(ddl, expected):
     assert str(key_column_type(ddl)) == expected
+    assert key_column_type(expected) == key_column_type(ddl)  # the canonical name reads back as the same type
 
 
 @pytest.mark.parametrize("ddl, problem", [
@@ -283,6 +284,9 @@ def test_keys_without_a_spark_type_are_refused(key, error, message):
     ([Decimal("1.234")], ["decimal(10,2)"], "2 digits after the point"),
     ([Decimal("123456789")], ["decimal(10,2)"], "8 digits before the point"),
     ([Decimal("NaN")], ["decimal(10,2)"], "finite"),
+    ([Decimal("1E+999999999")], ["decimal(38,0)"], "38 digits before the point"),
+    ([Decimal("1E-999999999")], ["decimal(38,2)"], "2 digits after the point"),
+    ([10**400], ["double"], "beyond the double range"),
     ([1.5], ["decimal(10,2)"], "finite decimal"),
     ([dt.datetime(2020, 1, 1)], ["timestamp"], "tz-aware"),
     ([dt.datetime(2020, 1, 1, tzinfo=UTC)], ["timestamp_ntz"], "naive"),
