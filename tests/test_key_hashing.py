@@ -129,6 +129,7 @@ def _mismatches(found: list[str]) -> str:
     return f"{len(found)} mismatches, the first: " + "; ".join(found[:8])
 
 
+@pytest.mark.spark
 def test_the_twin_computes_sparks_xxhash64_and_key_group_for_every_type(spark_hashes):
     rows, schema, computed = spark_hashes
     types = {field.name: field.dataType for field in schema.fields}  # pyspark DataType objects
@@ -147,6 +148,7 @@ def test_the_twin_computes_sparks_xxhash64_and_key_group_for_every_type(spark_ha
     assert not wrong, _mismatches(wrong)
 
 
+@pytest.mark.spark
 def test_spark_schema_types_read_as_the_ddl_names_they_were_declared_with(spark_hashes):
     _, schema, _ = spark_hashes
     declared = {name: spark_type for name, spark_type, _, _ in COLUMNS}
@@ -174,6 +176,7 @@ HARNESS_KEYS: list[tuple[tuple[str, ...], Callable[[dict[str, Any]], Any]]] = [
 ]
 
 
+@pytest.mark.spark
 def test_harness_keys_get_sparks_key_group_for_the_types_inferred_from_them(spark_hashes):
     rows, _, computed = spark_hashes
     wrong = []
@@ -190,6 +193,7 @@ def test_harness_keys_get_sparks_key_group_for_the_types_inferred_from_them(spar
     assert not wrong, _mismatches(wrong)
 
 
+@pytest.mark.spark
 def test_a_python_int_key_of_an_int_column_needs_its_declared_type(spark_hashes):
     rows, _, computed = spark_hashes
     ints = [(row[0], row[1 + NAMES.index("i")]) for row in rows]
