@@ -151,7 +151,7 @@ _INFERRED_HASHERS: dict[type, Hasher] = {
 }
 
 
-def key_group_of_key(key: Any, num_key_groups: int, types: Optional[Sequence[KeyTypeSpec]] = None) -> int:
+def key_group_of_key(key: Any, num_key_groups: int, *, types: Optional[Sequence[KeyTypeSpec]] = None) -> int:
     """The key group of a key as the harness and the user's function see it: the column's value for a one-column
     key, a tuple of column values otherwise. Without ``types`` the column types are inferred from the values
     (:func:`~keyedstate.key_types.infer_key_types`: a Python int is a bigint, a str a string). Raises NullKeyError
