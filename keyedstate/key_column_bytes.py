@@ -27,7 +27,6 @@ _pack_long = struct.Struct("<q").pack
 _pack_float = struct.Struct("<f").pack
 _pack_double = struct.Struct("<d").pack
 _FLOAT_ZERO = b"\x00" * 4
-_FLOAT_NEGATIVE_ZERO = _pack_float(-0.0)
 _FLOAT_NAN = struct.pack("<I", 0x7FC00000)  # Java's Float.floatToIntBits of every NaN
 _DOUBLE_ZERO = b"\x00" * 8
 _DOUBLE_NAN = struct.pack("<Q", 0x7FF8000000000000)  # Double.doubleToLongBits of every NaN
@@ -88,26 +87,20 @@ def _real(column_type: KeyColumnType, value: Any) -> float:
     return value
 
 
-def _float_encoder(column_type: KeyColumnType) -> Encoder:
+def _ieee_encoder(column_type: KeyColumnType) -> Encoder:
+    single = column_type.name == "float"
+    pack, nan, zero = (_pack_float, _FLOAT_NAN, _FLOAT_ZERO) if single else (_pack_double, _DOUBLE_NAN, _DOUBLE_ZERO)
+    negative_zero = pack(-0.0)
+
     def encode(value: Any) -> bytes:
         value = _real(column_type, value)
         if value != value:
-            return _FLOAT_NAN
+            return nan
         try:
-            raw = _pack_float(value)  # rounds to the nearest float, as Spark's cast to FloatType does
+            raw = pack(value)  # a float column rounds to the nearest float, as Spark's cast to FloatType does
         except OverflowError:
-            raw = _pack_float(math.copysign(math.inf, value))
-        return _FLOAT_ZERO if raw == _FLOAT_NEGATIVE_ZERO else raw  # also a tiny negative double rounded to -0.0
-
-    return encode
-
-
-def _double_encoder(column_type: KeyColumnType) -> Encoder:
-    def encode(value: Any) -> bytes:
-        value = _real(column_type, value)
-        if value != value:
-            return _DOUBLE_NAN
-        return _DOUBLE_ZERO if value == 0.0 else _pack_double(value)
+            raw = pack(math.copysign(math.inf, value))
+        return zero if raw == negative_zero else raw  # also a tiny negative double rounded to a float -0.0
 
     return encode
 
@@ -150,32 +143,37 @@ def _decimal_encoder(column_type: KeyColumnType) -> Encoder:
     return encode
 
 
-# type name -> (accepts the Python value, what it takes, the value's bytes)
-_SIMPLE_ENCODINGS: dict[str, tuple[Callable[[Any], bool], str, Encoder]] = {
-    "string": (lambda v: isinstance(v, str), "it takes a str", lambda v: v.encode("utf-8")),
-    "binary": (lambda v: isinstance(v, (bytes, bytearray, memoryview)), "it takes bytes", bytes),
-    "boolean": (lambda v: isinstance(v, bool), "it takes a bool", lambda v: _pack_int(1 if v else 0)),
-    "date": (lambda v: isinstance(v, _dt.date) and not isinstance(v, _dt.datetime),
+class _Checked:
+    """No value has this type: the values of a column type without one sure Python type are all checked."""
+
+
+# type name -> (the Python type taken without a check, accepts the Python value, what it takes, the value's bytes)
+_SIMPLE_ENCODINGS: dict[str, tuple[type, Callable[[Any], bool], str, Encoder]] = {
+    "string": (str, lambda v: isinstance(v, str), "it takes a str", lambda v: v.encode("utf-8")),
+    "binary": (bytes, lambda v: isinstance(v, (bytes, bytearray, memoryview)), "it takes bytes", bytes),
+    "boolean": (bool, lambda v: isinstance(v, bool), "it takes a bool", lambda v: _pack_int(1 if v else 0)),
+    "date": (_dt.date, lambda v: isinstance(v, _dt.date) and not isinstance(v, _dt.datetime),
              "it takes a datetime.date (use .date() of a datetime)",
              lambda v: _pack_int(v.toordinal() - _EPOCH_ORDINAL)),
-    "timestamp": (lambda v: isinstance(v, _dt.datetime) and v.utcoffset() is not None,
+    "timestamp": (_Checked, lambda v: isinstance(v, _dt.datetime) and v.utcoffset() is not None,
                   "it takes a tz-aware datetime.datetime (a naive one is ambiguous: attach the Spark session time "
                   "zone with .replace(tzinfo=...), or declare the column timestamp_ntz)",
                   lambda v: _pack_long((v - _EPOCH_UTC) // _MICROSECOND)),
-    "timestamp_ntz": (lambda v: isinstance(v, _dt.datetime) and v.utcoffset() is None,
+    "timestamp_ntz": (_Checked, lambda v: isinstance(v, _dt.datetime) and v.utcoffset() is None,
                       "it takes a naive datetime.datetime (a wall-clock time without tzinfo)",
                       lambda v: _pack_long((v - _EPOCH) // _MICROSECOND)),
-    "void": (lambda v: False, "it only holds None", bytes),
+    "void": (_Checked, lambda v: False, "it only holds None", bytes),
 }
 
 
 def _simple_encoder(column_type: KeyColumnType) -> Encoder:
-    accepts, needs, to_bytes = _SIMPLE_ENCODINGS[column_type.name]
+    sure_type, accepts, needs, to_bytes = _SIMPLE_ENCODINGS[column_type.name]
 
     def encode(value: Any) -> bytes:
-        value = _plain(value)
-        if not accepts(value):
-            raise key_value_mismatch(column_type, value, needs)
+        if type(value) is not sure_type:
+            value = _plain(value)
+            if not accepts(value):
+                raise key_value_mismatch(column_type, value, needs)
         try:
             return to_bytes(value)
         except UnicodeEncodeError as error:
@@ -185,8 +183,8 @@ def _simple_encoder(column_type: KeyColumnType) -> Encoder:
 
 
 _BUILDERS: dict[str, Callable[[KeyColumnType], Encoder]] = {
-    **dict.fromkeys(("tinyint", "smallint", "int", "bigint"), _integer_encoder), "float": _float_encoder,
-    "double": _double_encoder, "decimal": _decimal_encoder, **dict.fromkeys(_SIMPLE_ENCODINGS, _simple_encoder),
+    **dict.fromkeys(("tinyint", "smallint", "int", "bigint"), _integer_encoder), "float": _ieee_encoder,
+    "double": _ieee_encoder, "decimal": _decimal_encoder, **dict.fromkeys(_SIMPLE_ENCODINGS, _simple_encoder),
 }
 
 
