@@ -176,6 +176,11 @@ def key_column_type(spec: KeyTypeSpec) -> KeyColumnType:
     if isinstance(spec, str):
         return _parse(spec.strip())
     data_type = getattr(spec, "dataType", spec)  # a StructField stands for its type
+    if hasattr(data_type, "elementType"):  # ArrayType, StructType: their simpleString does not quote field names
+        return KeyColumnType("array", children=(key_column_type(data_type.elementType),))
+    if hasattr(data_type, "fields") and hasattr(data_type, "simpleString"):
+        return KeyColumnType("struct", children=tuple(key_column_type(f.dataType) for f in data_type.fields),
+                             field_names=tuple(f.name for f in data_type.fields))
     simple_string = getattr(data_type, "simpleString", None)
     if callable(simple_string):
         return _parse(simple_string())

@@ -254,6 +254,8 @@ def test_pyspark_data_types_are_read_without_a_session():
     schema = T.StructType([T.StructField("k", T.IntegerType()), T.StructField("d", T.DecimalType(12, 4))])
     assert key_column_types(schema) == (KeyColumnType("int"), KeyColumnType("decimal", 12, 4))
     assert key_column_types(T.TimestampNTZType()) == (KeyColumnType("timestamp_ntz"),)
+    odd_names = T.ArrayType(T.StructType([T.StructField("a b", T.ShortType()), T.StructField("c", T.BinaryType())]))
+    assert str(key_column_type(odd_names)) == "array<struct<`a b`:smallint,c:binary>>"
     with pytest.raises(ConfigurationError, match="cannot be hashed"):
         key_column_type(T.MapType(T.StringType(), T.IntegerType()))
     with pytest.raises(ConfigurationError, match="a key column type must be"):
