@@ -139,6 +139,11 @@ class DefaultValueCodec:
     def __init__(self) -> None:
         self._packer = msgpack.Packer(default=_default, use_bin_type=True, strict_types=True, autoreset=True)
 
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # msgpack's Packer cannot be pickled; a fresh one is the same codec. Functions shipped to Spark by value
+        # carry codecs inside OutputTags and descriptors.
+        return DefaultValueCodec, ()
+
     def serialize(self, value: Any) -> bytes:
         kind = type(value)
         if kind is int and _INT64_MIN <= value <= _INT64_MAX:
