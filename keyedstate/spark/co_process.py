@@ -180,8 +180,8 @@ def keyed_co_process(
       ``ctx.timestamp()``. With ``time_mode="event_time"`` (default) both inputs need ``withWatermark`` upstream;
       the watermark is Spark's global one, the minimum of both inputs' watermarks (Spark's default
       ``spark.sql.streaming.multipleWatermarkPolicy``), so event-time timers fire when both inputs have passed
-      them. An input that has not delivered any row yet does not hold the watermark back (Spark computes the
-      minimum over inputs that have data; Flink would wait for it).
+      them. Until both inputs have delivered rows the watermark stays at 0 (Spark counts an input without data as
+      0; Flink waits for both inputs' first watermarks the same way).
     * Late elements of either input reach ``process_element1`` / ``process_element2`` as in Flink
       (``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart); ``drop_late_events=True``
       lets Spark drop them before the function instead.
@@ -201,7 +201,7 @@ def keyed_co_process(
     inputs = (first, second)
     key_lists = (first_key_columns, second_key_columns)
     for ordinal, df, keys in zip(_ORDINALS, inputs, key_lists):
-        if not isinstance(df, DataFrame):
+        if not (hasattr(df, "schema") and hasattr(df, "unionByName")):  # classic or Spark Connect DataFrame
             raise ConfigurationError(f"the {ordinal} input must be a DataFrame, got {type(df).__qualname__}")
         try:
             _check_key_columns(df, keys)

@@ -39,7 +39,8 @@ BackendChoice = Union[str, KeyedStateBackend]
 
 @dataclass(frozen=True)
 class HarnessSnapshot:
-    """What :meth:`KeyedProcessHarness.snapshot` returns and :meth:`KeyedProcessHarness.restore` takes."""
+    """What :meth:`KeyedProcessHarness.snapshot` (and ``KeyedCoProcessHarness.snapshot``) returns and
+    :meth:`KeyedProcessHarness.restore` (and ``KeyedCoProcessHarness.restore``) takes."""
 
     checkpoint_id: int
     storage_uri: str

@@ -44,6 +44,7 @@ def _millis(row: dict) -> int:
 # (orders, payments) per step; seconds after START. Watermarks lag by 0 s, so each input's watermark is the latest
 # event time it has delivered, and the query's is the smaller of the two.
 STEPS = [
+    ([order("P", 1.0, 1)], []),  # only orders have data: the watermark waits for payments
     ([order("A", 10.0, 0), order("B", 20.0, 5), order("C", 30.0, 10)], [payment("A", 10.0, 8), payment("X", 5.0, 12)]),
     ([order("D", 40.0, 40), order("F", 60.0, 2)],  # F is late and has no payment: late side output
      [payment("B", 20.0, 42), payment("E", 50.0, 45)]),
@@ -127,17 +128,21 @@ def test_order_payments_on_spark_equals_the_harness(spark, tmp_path, num_key_gro
     # both inputs, and a late element that still finds its counterpart.
     outcomes = {(record[0], record[1]) for record in main}
     assert {("A", "paid"), ("B", "paid"), ("G", "paid"), ("Z", "paid")} <= outcomes
-    assert {("C", "unpaid"), ("D", "unpaid"), ("X", "unexpected_payment"), ("H", "unexpected_payment")} <= outcomes
+    assert {("C", "unpaid"), ("D", "unpaid"), ("P", "unpaid"), ("X", "unexpected_payment"),
+            ("H", "unexpected_payment")} <= outcomes
     assert {record[1] for record in late} == {"order", "payment"}
     elements = sum(len(orders) + len(payments) for orders, payments in STEPS)
     assert sum(row["elements"] for row in metrics) == elements
-    assert sum(row["timers_fired"] for row in metrics) == 4  # C, D, X, H
+    assert sum(row["timers_fired"] for row in metrics) == 5  # C, D, P, X, H
 
 
 def test_the_watermark_is_the_minimum_of_both_inputs(spark, tmp_path):
     """Orders run ahead to 80 s while payments stay at 45 s: no deadline before 80 s fires until payments catch
-    up (Spark's default multipleWatermarkPolicy, as Flink's two-input operators)."""
+    up (Spark's default multipleWatermarkPolicy, as Flink's two-input operators). Before payments have any data,
+    orders alone do not move it (Flink waits for both inputs' first watermarks too)."""
     _, _, _, batches = run_on_spark(spark, tmp_path, f"wm_{int(time.time() * 1000) % 10**6}", num_key_groups=7)
+    only_orders = next(index for index, batch in enumerate(batches) if batch.files_by_source[0] == [0])
+    assert batches[only_orders + 1].watermark == 0  # P's order at 1 s, no payment yet: no watermark
     seen = [batch.watermark - START_MS for batch in batches if batch.watermark > 0]
     assert 45_000 in seen  # orders at 80 s, payments at 45 s
     assert 80_000 in seen  # payments at 90 s, orders at 80 s

@@ -82,6 +82,12 @@ def test_each_entry_point_points_to_the_other_for_the_other_kind_of_function(inp
         keyed_process(orders, ["region"], Nothing(), OUTPUT, event_time_column="ts")
 
 
+def test_an_input_that_is_not_a_dataframe_is_named(inputs):
+    orders, _, _ = inputs
+    with pytest.raises(ConfigurationError, match=r"the second input must be a DataFrame, got str"):
+        keyed_co_process(orders, "payments", ["region"], ["region"], Nothing(), OUTPUT, event_time_columns=("ts", "ts"))
+
+
 def test_a_failing_process_element2_is_named_with_its_key(spark, tmp_path):
     write_input(tmp_path / "orders", 0, [{"order_id": "o", "region": "eu", "amount": 1.0}])
     write_input(tmp_path / "payments", 0, [{"order": 1, "region": "eu", "paid": 1.0}])

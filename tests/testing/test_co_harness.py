@@ -108,8 +108,8 @@ def test_snapshot_and_restore_into_one_and_into_two_partitions(backend_kind):
     one = KeyedCoProcessHarness.restore(Collect(), *selectors, snapshot, backend=backend_kind)
     expected = finish([one], lambda user: 0)
     assert len(expected) == 12 and all(record[3] == "1:o,2:p,2:late" for record in expected)
-    two = [KeyedCoProcessHarness.restore(Collect(), *selectors, snapshot, backend=backend_kind, partition=i, partitions=2)
-           for i in range(2)]
+    two = [KeyedCoProcessHarness.restore(Collect(), *selectors, snapshot, backend=backend_kind, partition=i,
+                                         partitions=2) for i in range(2)]
     owner = lambda user: partition_for_key_group(key_group_for_key(user, 128), 2, 128)  # noqa: E731
     assert finish(two, owner) == expected
     for h in [one, *two]:
