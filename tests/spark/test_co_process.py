@@ -140,7 +140,10 @@ def test_the_watermark_is_the_minimum_of_both_inputs(spark, tmp_path):
     """Orders run ahead to 80 s while payments stay at 45 s: no deadline before 80 s fires until payments catch
     up (Spark's default multipleWatermarkPolicy, as Flink's two-input operators). Before payments have any data,
     orders alone do not move it (Flink waits for both inputs' first watermarks too)."""
-    _, _, _, batches = run_on_spark(spark, tmp_path, f"wm_{int(time.time() * 1000) % 10**6}", num_key_groups=7)
+    # Grouped by the user key itself (num_key_groups=None), the other grouping keyed_co_process offers.
+    main, late, _, batches = run_on_spark(spark, tmp_path, f"wm_{int(time.time() * 1000) % 10**6}",
+                                          num_key_groups=None)
+    assert (main, late) == replay_in_harness(batches)
     only_orders = next(index for index, batch in enumerate(batches) if batch.files_by_source[0] == [0])
     assert batches[only_orders + 1].watermark == 0  # P's order at 1 s, no payment yet: no watermark
     seen = [batch.watermark - START_MS for batch in batches if batch.watermark > 0]
