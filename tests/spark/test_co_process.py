@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from pyspark.sql import Row
@@ -61,28 +62,44 @@ def _row(values: dict, schema: str) -> Row:
     return Row(**fields)
 
 
-def run_on_spark(spark, base: Path, query_name: str, **options) -> tuple[list, list, list, list[SparkBatch]]:
+def run_on_spark(spark, base: Path, query_name: str, restart_before_step: Optional[int] = None,
+                 **options) -> tuple[list, list, list, list[SparkBatch]]:
+    """Run STEPS through keyed_co_process, one step per processAllAvailable; with ``restart_before_step``, stop the
+    query there and start a new one (a new function instance) from the same checkpoint."""
     def source(directory: str, schema: str):
         return (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(base / directory))
                 .withWatermark("ts", "0 seconds"))
 
+    def start():
+        output = keyed_co_process(
+            source("orders", ORDERS), source("payments", PAYMENTS), ["order_id"], ["order"], OrderPaymentMatcher(),
+            OUTPUT_SCHEMA, event_time_columns=("ts", "ts"), side_outputs={LATE.tag_id: LATE_SCHEMA},
+            emit_metrics=True, **options,
+        )
+        writer = output.writeStream.option("checkpointLocation", str(base / "checkpoint"))
+        if restart_before_step is None:
+            writer = writer.format("memory").queryName(query_name)
+        else:  # the memory sink cannot restart from a checkpoint
+            writer = writer.format("json").option("path", str(base / "out"))
+        return output.schema, writer.start()
+
     for directory in ("orders", "payments"):
         (base / directory).mkdir(parents=True)
-    output = keyed_co_process(
-        source("orders", ORDERS), source("payments", PAYMENTS), ["order_id"], ["order"], OrderPaymentMatcher(),
-        OUTPUT_SCHEMA, event_time_columns=("ts", "ts"), side_outputs={LATE.tag_id: LATE_SCHEMA}, emit_metrics=True,
-        **options,
-    )
-    query = (output.writeStream.format("memory").queryName(query_name)
-             .option("checkpointLocation", str(base / "checkpoint")).start())
+    schema, query = start()
     try:
         for index, (orders, payments) in enumerate(STEPS):
+            if index == restart_before_step:
+                query.stop()
+                schema, query = start()
             write_input(base / "orders", index, orders)
             write_input(base / "payments", index, payments)
             query.processAllAvailable()
     finally:
         query.stop()
-    table = spark.table(query_name)
+    if restart_before_step is None:
+        table = spark.table(query_name)
+    else:
+        table = spark.read.schema(schema).json(str(base / "out"))
     rows = lambda frame: sorted(tuple(row) for row in frame.collect())  # noqa: E731
     return (rows(main_output(table, OUTPUT_SCHEMA)), rows(side_output(table, LATE.tag_id)),
             side_output(table, METRICS_TAG).collect(), read_batches(base / "checkpoint"))
@@ -134,6 +151,17 @@ def test_order_payments_on_spark_equals_the_harness(spark, tmp_path, num_key_gro
     elements = sum(len(orders) + len(payments) for orders, payments in STEPS)
     assert sum(row["elements"] for row in metrics) == elements
     assert sum(row["timers_fired"] for row in metrics) == 5  # C, D, P, X, H
+
+
+def test_a_restarted_query_continues_with_the_state_and_timers_of_both_inputs(spark, tmp_path):
+    """Stopped after C's and X's deadlines were registered (from orders and from payments) and E's payment started
+    waiting; the new query matches E's late order and fires those deadlines from the checkpointed state."""
+    options = {"state_backend": "rocksdb", "state_storage": str(tmp_path / "state-storage"),
+               "state_local_dir": str(tmp_path / "local")}
+    main, late, _, batches = run_on_spark(spark, tmp_path, "restarted", restart_before_step=3, num_key_groups=7,
+                                          **options)
+    assert (main, late) == replay_in_harness(batches)
+    assert {("E", "paid"), ("C", "unpaid"), ("X", "unexpected_payment")} <= {(r[0], r[1]) for r in main}
 
 
 def test_the_watermark_is_the_minimum_of_both_inputs(spark, tmp_path):
