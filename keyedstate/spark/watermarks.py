@@ -22,6 +22,8 @@ __all__ = [
     "without_watermark",
     "keep_late_events",
     "watermark_field",
+    "unmarked_column",
+    "late_events_anchor",
     "check_watermark",
 ]
 

@@ -9,7 +9,6 @@ from keyedstate import (
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     ListStateDescriptor,
-    TimeDomain,
     Types,
     ValueStateDescriptor,
 )
@@ -165,6 +164,6 @@ def test_a_function_without_process_element2_cannot_be_created():
         OnlyFirst()
 
 
-def test_on_timer_context_reports_the_time_domain():
+def test_the_contexts_are_those_of_keyed_process_function():
+    assert KeyedCoProcessFunction.Context is KeyedProcessFunction.Context
     assert KeyedCoProcessFunction.OnTimerContext is KeyedProcessFunction.OnTimerContext
-    assert TimeDomain.EVENT_TIME.name == "EVENT_TIME"
