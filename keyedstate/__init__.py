@@ -15,6 +15,7 @@ from keyedstate.errors import __all__ as _error_names
 _LAZY_NAMES = {
     "Function": "keyedstate.api.process_function",
     "KeyedProcessFunction": "keyedstate.api.process_function",
+    "KeyedCoProcessFunction": "keyedstate.api.co_process_function",
     "RuntimeContext": "keyedstate.api.runtime_context",
     "MAX_WATERMARK": "keyedstate.api.time_domain",
     "MIN_WATERMARK": "keyedstate.api.time_domain",
@@ -38,6 +39,7 @@ _LAZY_NAMES = {
 }
 
 if TYPE_CHECKING:
+    from keyedstate.api.co_process_function import KeyedCoProcessFunction
     from keyedstate.api.process_function import Function, KeyedProcessFunction
     from keyedstate.api.runtime_context import RuntimeContext
     from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK, OutputTag, TimeDomain
@@ -85,6 +87,7 @@ __all__ = [
     "AggregateFunction",
     "Function",
     "KeyedProcessFunction",
+    "KeyedCoProcessFunction",
     "MAX_WATERMARK",
     "MIN_WATERMARK",
     "OutputTag",

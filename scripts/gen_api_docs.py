@@ -32,15 +32,22 @@ def _signature(obj: object) -> str:
     return _ADDRESS.sub(">", text)
 
 
-def _members(cls: type) -> list[tuple[str, object]]:
-    members = []
-    for name, member in vars(cls).items():
-        if name.startswith("_") and name != "__init__":
-            continue
-        if isinstance(member, (staticmethod, classmethod)):
-            member = member.__func__
-        if inspect.isfunction(member) and (member.__doc__ or name == "__init__"):
-            members.append((name, member))
+def _members(cls: type, exported: set[str]) -> list[tuple[str, object]]:
+    """The class's own methods, then those it inherits from helper bases of its own package that the package does
+    not export (so are not documented themselves)."""
+    package = cls.__module__.rpartition(".")[0]
+    classes = [cls] + [base for base in cls.__mro__[1:]
+                       if base.__module__.rpartition(".")[0] == package and base.__name__ not in exported]
+    members, seen = [], set()
+    for klass in classes:
+        for name, member in vars(klass).items():
+            if name in seen or (name.startswith("_") and name != "__init__"):
+                continue
+            seen.add(name)
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            if inspect.isfunction(member) and (member.__doc__ or name == "__init__"):
+                members.append((name, member))
     return members
 
 
@@ -60,7 +67,7 @@ def render() -> str:
                 continue  # errors are listed together below
             if inspect.isclass(obj):
                 lines += [f"### class `{name}{_signature(obj)}`", "", _doc(obj), ""]
-                for member_name, member in _members(obj):
+                for member_name, member in _members(obj, set(package.__all__)):
                     if member_name == "__init__":
                         continue
                     lines += [f"- `{member_name}{_signature(member)}`: {_doc(member).splitlines()[0]}"]

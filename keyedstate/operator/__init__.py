@@ -1,4 +1,4 @@
-"""The operator core that drives a KeyedProcessFunction (shared by the harness and Spark)."""
+"""The operator core that drives a KeyedProcessFunction or KeyedCoProcessFunction (shared by the harness and Spark)."""
 
 from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.operator.outputs import OutputBuffer

@@ -1,16 +1,19 @@
-"""The one operator core that drives a ``KeyedProcessFunction``, shared by the test harness and Spark.
+"""The one operator core that drives a ``KeyedProcessFunction`` (one input) or a ``KeyedCoProcessFunction`` (two
+inputs keyed the same way), shared by the test harness and Spark.
 
 Per unit of work: set the current key -> fire due timers -> process the elements -> fire timers that became due ->
 persist (snapshot). The operator owns the function, the keyed state backend, the timer service and the output
 buffer; callers (the harness, the Spark group function) decide when watermarks and processing time advance and
-when snapshots happen.
+when snapshots happen. Elements carry an input index: 0 for ``process_element`` (or ``process_element1``), 1 for
+``process_element2``; both inputs share the key's state and timers.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence, Union
 
+from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.api.runtime_context import RuntimeContext
 from keyedstate.api.time_domain import OutputTag, TimeDomain
@@ -54,12 +57,32 @@ class _Context(KeyedProcessFunction.OnTimerContext):
         return self._domain
 
 
+# The element callbacks of each function kind, by input index.
+_ELEMENT_METHODS = {
+    KeyedProcessFunction: ("process_element",),
+    KeyedCoProcessFunction: ("process_element1", "process_element2"),
+}
+
+
+def element_methods(function: Any) -> tuple[str, ...]:
+    """The names of ``function``'s element callbacks by input index; raises for anything but a keyed function."""
+    for kind, methods in _ELEMENT_METHODS.items():
+        if isinstance(function, kind):
+            return methods
+    raise ConfigurationError(
+        f"expected a KeyedProcessFunction or KeyedCoProcessFunction instance, got {type(function).__qualname__}; "
+        f"subclass keyedstate.KeyedProcessFunction (one input) or keyedstate.KeyedCoProcessFunction (two inputs) "
+        f"and pass an instance"
+    )
+
+
 class KeyedProcessOperator:
-    """Runs one ``KeyedProcessFunction`` over one keyed state backend (one partition's key groups)."""
+    """Runs one ``KeyedProcessFunction`` or ``KeyedCoProcessFunction`` over one keyed state backend (one
+    partition's key groups)."""
 
     def __init__(
         self,
-        function: KeyedProcessFunction,
+        function: Union[KeyedProcessFunction, KeyedCoProcessFunction],
         backend: KeyedStateBackend,
         *,
         task_name: Optional[str] = None,
@@ -67,11 +90,7 @@ class KeyedProcessOperator:
         number_of_parallel_subtasks: int = 1,
         attempt_number: int = 0,
     ) -> None:
-        if not isinstance(function, KeyedProcessFunction):
-            raise ConfigurationError(
-                f"expected a KeyedProcessFunction instance, got {type(function).__qualname__}; subclass "
-                f"keyedstate.KeyedProcessFunction and pass an instance"
-            )
+        self.element_methods = element_methods(function)
         self.function = function
         self.function_name = type(function).__qualname__
         self.backend = backend
@@ -107,31 +126,35 @@ class KeyedProcessOperator:
 
     # ---- elements ------------------------------------------------------------------------------------------------
 
-    def process_element(self, key: Any, value: Any, timestamp: Optional[int] = None) -> None:
-        """Process one element of ``key`` (sets the current key)."""
+    def process_element(self, key: Any, value: Any, timestamp: Optional[int] = None, input_index: int = 0) -> None:
+        """Process one element of ``key`` (sets the current key) from input ``input_index`` (0 or 1)."""
         self.backend.set_current_key(key)
         try:
-            self._process_current(value, timestamp)
+            self._process_current(value, timestamp, input_index)
         finally:
             self.backend.clear_current_key()
 
     def process_elements_of_current_key(self, values: Iterable[Any], timestamps: Iterable[Optional[int]]) -> None:
-        """Process several elements of the key already set as current."""
+        """Process several elements of the key already set as current (of a one-input function)."""
         for value, timestamp in zip(values, timestamps):
-            self._process_current(value, timestamp)
+            self._process_current(value, timestamp, 0)
 
     def process_key_runs(
-        self, runs: Iterable[tuple[Any, bytes, int, int]], values: Sequence[Any], timestamps: Sequence[Optional[int]]
+        self, runs: Iterable[tuple[Any, bytes, int, int]], values: Sequence[Any], timestamps: Sequence[Optional[int]],
+        input_indexes: Optional[Sequence[int]] = None,
     ) -> None:
         """Process ``values[start:end]`` for every ``(key, prefix, start, end)`` of ``runs``, with ``key`` current.
 
-        ``prefix`` is the key's ``key group + encoded key`` (the caller checked the key group is owned). The same
-        as ``process_element`` per element, in one loop: this is the Spark group function's per-element hot path.
+        ``prefix`` is the key's ``key group + encoded key`` (the caller checked the key group is owned).
+        ``input_indexes[i]`` says which input ``values[i]`` came from (None: all from input 0). The same as
+        ``process_element`` per element, in one loop: this is the Spark group function's per-element hot path.
         """
         set_key = self.backend.set_current_key_with_prefix
-        process = self.function.process_element
+        methods = tuple(getattr(self.function, name) for name in self.element_methods)
+        process = methods[0]
         collect = self.outputs.collect
-        describe = self._describe_process_element
+        describes = tuple(self._describer(name) for name in self.element_methods)
+        describe = describes[0]
         context = self._context
         context._domain = None
         # A key's timer calls reach the queues once per run (see CoalescingTimerService); flushed before the key
@@ -149,6 +172,9 @@ class KeyedProcessOperator:
                 for index in range(start, end):
                     timestamp = timestamps[index]
                     context._timestamp = timestamp
+                    if input_indexes is not None:
+                        process = methods[input_indexes[index]]
+                        describe = describes[input_indexes[index]]
                     result = process(values[index], context)
                     if result is not None:
                         collect(result, timestamp, describe)
@@ -156,21 +182,23 @@ class KeyedProcessOperator:
                 self.elements_processed += end - start
         except Exception as error:
             self.elements_processed += index - start
-            raise self._user_error("process_element", f"element {short_repr(values[index])}", error) from error
+            method = self.element_methods[0 if input_indexes is None else input_indexes[index]]
+            raise self._user_error(method, f"element {short_repr(values[index])}", error) from error
         finally:
             context._timer_service = self.user_timer_service
             flush_timer_calls()
             timer_calls.collecting = False
 
-    def _process_current(self, value: Any, timestamp: Optional[int]) -> None:
+    def _process_current(self, value: Any, timestamp: Optional[int], input_index: int) -> None:
         context = self._context
         context._timestamp = timestamp
         context._domain = None
+        method = self._element_method(input_index)
         try:
-            result = self.function.process_element(value, context)
-            self.outputs.collect(result, timestamp, self._describe_process_element)
+            result = getattr(self.function, method)(value, context)
+            self.outputs.collect(result, timestamp, self._describer(method))
         except Exception as error:
-            raise self._user_error("process_element", f"element {short_repr(value)}", error) from error
+            raise self._user_error(method, f"element {short_repr(value)}", error) from error
         self.elements_processed += 1
 
     # ---- time ----------------------------------------------------------------------------------------------------
@@ -215,8 +243,17 @@ class KeyedProcessOperator:
 
     # ---- helpers -------------------------------------------------------------------------------------------------
 
-    def _describe_process_element(self) -> str:
-        return f"{self.function_name}.process_element"
+    def _element_method(self, input_index: int) -> str:
+        if input_index not in range(len(self.element_methods)):
+            raise ConfigurationError(
+                f"{self.function_name} has {len(self.element_methods)} input(s) "
+                f"({', '.join(self.element_methods)}); there is no input {input_index}"
+            )
+        return self.element_methods[input_index]
+
+    def _describer(self, method: str) -> Any:
+        name = f"{self.function_name}.{method}"
+        return lambda: name
 
     def _call_user(self, method: str, call: Any, what: Optional[str]) -> None:
         try:

@@ -139,9 +139,10 @@ class DefaultValueCodec:
     def __init__(self) -> None:
         self._packer = msgpack.Packer(default=_default, use_bin_type=True, strict_types=True, autoreset=True)
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # descriptors travel to Spark's executors (read_keyed_state_frame); the packer itself cannot be pickled
-        return (DefaultValueCodec, ())
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # msgpack's Packer cannot be pickled; a fresh one is the same codec. Functions shipped to Spark by value
+        # carry codecs inside OutputTags and descriptors.
+        return DefaultValueCodec, ()
 
     def serialize(self, value: Any) -> bytes:
         kind = type(value)

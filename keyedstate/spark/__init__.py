@@ -11,6 +11,7 @@ from keyedstate.spark.api import (
     main_output,
     side_output,
 )
+from keyedstate.spark.co_process import keyed_co_process
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
 from keyedstate.spark.state_frame import read_keyed_state_frame
@@ -24,6 +25,7 @@ __all__ = [
     "add_key_group_column",
     "apply_in_pandas_with_state_args",
     "keyed_process",
+    "keyed_co_process",
     "main_output",
     "side_output",
     "apply_recommended_conf",

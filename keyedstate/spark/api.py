@@ -23,6 +23,7 @@ from pyspark.sql.types import (
     _parse_datatype_string,
 )
 
+from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import MAX_MAX_PARALLELISM
@@ -41,6 +42,7 @@ from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.key_group_store import HEAP
 from keyedstate.spark.row_format import STATE_ROW_SCHEMA_DDL
+from keyedstate.spark.watermarks import check_watermark, keep_late_events
 from keyedstate.spark.state_backend_options import resolve_rocksdb_mode
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
@@ -118,51 +120,27 @@ def _check_num_key_groups(num_key_groups: int) -> None:
         )
 
 
-_WATERMARK_METADATA_KEY = "spark.watermarkDelayMs"
-LATE_EVENTS_ANCHOR_COLUMN = INTERNAL_COLUMN_PREFIX + "watermark_anchor"
-# Far in the future, yet inside pandas' nanosecond range (which ends in 2262): it reaches the Python workers.
-_LATE_EVENTS_ANCHOR_TIME = "2262-01-01 00:00:00"
+def check_time_mode(time_mode: str) -> None:
+    if time_mode not in (EVENT_TIME, PROCESSING_TIME):
+        raise ConfigurationError(f"time_mode must be 'event_time' or 'processing_time', got {time_mode!r}")
 
 
-def _without_watermark(column: Column, data_type: DataType) -> Column:
-    """The same values through an expression no optimizer rule folds back into the attribute: an aliased attribute
-    keeps the watermark marker on some Spark versions (4.0.x, 3.5.x) whatever metadata the alias is given."""
-    if isinstance(data_type, TimestampType):
-        return F.timestamp_micros(F.unix_micros(column))
-    return column
-
-
-def _keep_late_events(df: DataFrame) -> DataFrame:
-    """Spark drops input rows older than the watermark in front of a stateful operator, testing the column that
-    carries the watermark marker; Flink delivers late elements to process_element. The marker moves to a constant
-    far-future anchor column: Spark's analyzer still finds the watermark it requires for event-time timeouts, the
-    query's watermark (computed upstream) is unchanged, and the late-row filter never matches."""
-    columns = []
-    marker: Optional[dict] = None
-    for field in df.schema.fields:
-        if _WATERMARK_METADATA_KEY in (field.metadata or {}):
-            marker = dict(field.metadata)
-            stripped = {k: v for k, v in field.metadata.items() if k != _WATERMARK_METADATA_KEY}
-            columns.append(_without_watermark(F.col(field.name), field.dataType).alias(field.name, metadata=stripped))
-        else:
-            columns.append(F.col(field.name))
-    if marker is None:
-        return df
-    anchor = F.lit(_LATE_EVENTS_ANCHOR_TIME).cast(TimestampType()).alias(LATE_EVENTS_ANCHOR_COLUMN, metadata=marker)
-    return df.select(*columns, anchor)
-
-
-def _check_watermark(df: DataFrame, event_time_column: str) -> None:
-    """Event-time timers need Spark's event-time timeout, which needs a watermark upstream; Spark says so only when
-    the query starts, in its own words."""
-    if not df.isStreaming:
-        return
-    if not any(_WATERMARK_METADATA_KEY in (field.metadata or {}) for field in df.schema.fields):
-        raise ConfigurationError(
-            f"time_mode='event_time' needs a watermark on the input stream, and it has none: add "
-            f"df.withWatermark({event_time_column!r}, '10 seconds') (the delay is how late elements may arrive) "
-            f"before keyed_process, or use time_mode='processing_time'"
-        )
+def event_time_millis(df: DataFrame, column: str, what: str) -> Column:
+    """``column`` of ``df`` (a timestamp, or a bigint of epoch milliseconds) as epoch milliseconds; ``what`` names
+    the argument in errors."""
+    types = _column_types(df)
+    if column not in types or column.startswith(INTERNAL_COLUMN_PREFIX):
+        columns = ", ".join(c for c in df.columns if not c.startswith(INTERNAL_COLUMN_PREFIX))
+        raise ConfigurationError(f"{what} {column!r} is not in the DataFrame (columns: {columns})")
+    column_type = types[column]
+    if isinstance(column_type, (TimestampType, TimestampNTZType)):
+        return F.unix_millis(F.col(column).cast(TimestampType()))
+    if isinstance(column_type, LongType):
+        return F.col(column)
+    raise ConfigurationError(
+        f"{what} {column!r} has type {column_type.simpleString()}; it must be a timestamp (or a bigint of epoch "
+        f"milliseconds). Convert it with to_timestamp(...) first"
+    )
 
 
 def _prepare(
@@ -173,28 +151,13 @@ def _prepare(
     _check_key_columns(df, key_columns)
     value_columns = list(df.columns)
     if not drop_late_events:
-        df = _keep_late_events(df)
-    if time_mode not in (EVENT_TIME, PROCESSING_TIME):
-        raise ConfigurationError(f"time_mode must be 'event_time' or 'processing_time', got {time_mode!r}")
-    types = _column_types(df)
+        df = keep_late_events(df)
+    check_time_mode(time_mode)
     time_ms_column = None
     if event_time_column is not None:
-        if event_time_column not in types or event_time_column.startswith(INTERNAL_COLUMN_PREFIX):
-            raise ConfigurationError(
-                f"event_time_column {event_time_column!r} is not in the DataFrame (columns: {', '.join(value_columns)})"
-            )
-        column_type = types[event_time_column]
-        if isinstance(column_type, (TimestampType, TimestampNTZType)):
-            millis: Column = F.unix_millis(F.col(event_time_column).cast(TimestampType()))
-        elif isinstance(column_type, LongType):
-            millis = F.col(event_time_column)
-        else:
-            raise ConfigurationError(
-                f"event_time_column {event_time_column!r} has type {column_type.simpleString()}; it must be a "
-                f"timestamp (or a bigint of epoch milliseconds). Convert it with to_timestamp(...) first"
-            )
+        millis = event_time_millis(df, event_time_column, "event_time_column")
         if time_mode == EVENT_TIME:
-            _check_watermark(df, event_time_column)
+            check_watermark(df, event_time_column, "the input stream (before keyed_process)")
         df = df.withColumn(EVENT_TIME_MS_COLUMN, millis)
         time_ms_column = EVENT_TIME_MS_COLUMN
     elif time_mode == EVENT_TIME:
@@ -235,7 +198,28 @@ def apply_in_pandas_with_state_args(
     if not isinstance(function, KeyedProcessFunction):
         raise ConfigurationError(
             f"function must be a KeyedProcessFunction instance, got {type(function).__qualname__}"
+            + ("; a KeyedCoProcessFunction runs with keyed_co_process" if isinstance(function, KeyedCoProcessFunction)
+               else "")
         )
+    layout = output_layout(output_schema, side_outputs, emit_metrics, processing_time_poll_interval_ms,
+                           num_key_groups, key_group_layout)
+    prepared, value_columns, grouping_column, time_ms_column = _prepare(
+        df, key_columns, event_time_column, time_mode, num_key_groups, drop_late_events, key_group_layout
+    )
+    return group_call(
+        df, prepared, function, layout, key_columns=key_columns, value_columns=value_columns,
+        grouping_column=grouping_column, time_ms_column=time_ms_column, time_mode=time_mode,
+        num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
+        emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
+        state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
+        snapshot_policy=snapshot_policy,
+    )
+
+
+def output_layout(output_schema: Union[StructType, str], side_outputs: Optional[dict[str, Union[StructType, str]]],
+                  emit_metrics: bool, processing_time_poll_interval_ms: int, num_key_groups: Optional[int],
+                  key_group_layout: str) -> OutputLayout:
+    """Check the options that need no DataFrame; returns the output layout."""
     if not isinstance(processing_time_poll_interval_ms, int) or processing_time_poll_interval_ms <= 0:
         raise ConfigurationError("processing_time_poll_interval_ms must be a positive int of milliseconds")
     main_schema = _schema(output_schema, "output_schema")
@@ -244,13 +228,22 @@ def apply_in_pandas_with_state_args(
         if METRICS_TAG in sides:
             raise ConfigurationError(f"the side output name {METRICS_TAG!r} is reserved for emit_metrics")
         sides[METRICS_TAG] = _schema(METRICS_SCHEMA_DDL, "metrics schema")
-    layout = OutputLayout(main_schema, sides)
     if num_key_groups is not None:
         _check_num_key_groups(num_key_groups)
     check_key_group_layout(key_group_layout)
-    prepared, value_columns, grouping_column, time_ms_column = _prepare(
-        df, key_columns, event_time_column, time_mode, num_key_groups, drop_late_events, key_group_layout
-    )
+    return OutputLayout(main_schema, sides)
+
+
+def group_call(
+    df: DataFrame, prepared: DataFrame, function: Any, layout: OutputLayout, *, key_columns: Sequence[str],
+    value_columns: Sequence[str], grouping_column: str, time_ms_column: Optional[str], time_mode: str,
+    num_key_groups: Optional[int], processing_time_poll_interval_ms: int, emit_metrics: bool, key_group_layout: str,
+    state_backend: str, state_storage: Optional[str], state_local_dir: Optional[str], uid: Optional[str],
+    rocksdb_options: Optional[RocksDBOptions], snapshot_policy: Optional[SnapshotPolicy], inputs: Any = None,
+) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
+    """The prepared frame, grouping columns and ``applyInPandasWithState`` arguments for ``prepared`` (the input
+    ``df`` with keyedstate's internal columns); ``inputs`` describes a two-input frame (see
+    :mod:`keyedstate.spark.co_process`)."""
     if num_key_groups is None:
         grouping = list(key_columns)
         spec_groups = 1
@@ -273,6 +266,7 @@ def apply_in_pandas_with_state_args(
         emit_metrics=emit_metrics,
         key_group_layout=key_group_layout,
         parallelism=shuffle_partitions(df),
+        inputs=inputs,
         **rocksdb,
     )
     timeout = (

@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 import pandas as pd
@@ -71,6 +71,7 @@ class GroupFunctionSpec:
     retain_batches: int = 100  # spark.sql.streaming.minBatchesToRetain
     rocksdb_options: Any = None
     snapshot_policy: Any = None
+    inputs: Any = None  # two inputs: a keyedstate.spark.co_process.TwoInputColumns (value_columns is then unused)
 
 
 class _BatchClock:
@@ -94,12 +95,12 @@ class _GroupRuntime:
         self.clock = _BatchClock()
         self.store = _create_store(spec, self.clock)
         self.backend = self.store.backend
+        call = "keyed_process" if spec.inputs is None else "keyed_co_process"
         self.operator = KeyedProcessOperator(
-            function, self.backend, task_name=f"keyed_process[{type(function).__qualname__}]",
-            **self._task_info(),
+            function, self.backend, task_name=f"{call}[{type(function).__qualname__}]", **self._task_info(),
         )
         self.operator.open()
-        self.build_rows = rows_builder(spec.value_columns)
+        self.build_values = _values_builder(spec)
         self.single_key = len(spec.key_columns) == 1
 
     # ---- one call ----------------------------------------------------------------------------------------------
@@ -226,13 +227,13 @@ class _GroupRuntime:
         else:
             keys = list(zip(*(column_values(series, firsts) for series in key_series)))
         timestamps = [None] * len(order) if times is None else times[order].tolist()
-        values = self.build_rows([column_values(batch[c], order) for c in spec.value_columns])
+        values, input_indexes = self.build_values(batch, order)
         prefix = key_group_prefix(key_group)
         if not self.backend.key_group_range.start <= key_group <= self.backend.key_group_range.end:
             self.backend.set_current_key_in_group(keys[0], encode_key(keys[0]), key_group)  # raises
         runs = zip(keys, encode_keys_with_prefix(prefix, keys), starts, ends)
         try:
-            self.operator.process_key_runs(runs, values, timestamps)
+            self.operator.process_key_runs(runs, values, timestamps, input_indexes)
         finally:
             self.backend.clear_current_key()
 
@@ -268,6 +269,15 @@ class _GroupRuntime:
         self.store.finish(key_group, self.operator.timer_service, succeeded)
         self.operator.outputs.drain()
         self.operator.outputs.drain_all_side()
+
+
+def _values_builder(spec: GroupFunctionSpec) -> Callable[[pd.DataFrame, np.ndarray], tuple[list[Any], Any]]:
+    """``(batch, order) -> (values, input indexes)``: the elements' records in ``order``, and which input each came
+    from (None for one input)."""
+    if spec.inputs is not None:
+        return spec.inputs.values_builder()
+    build_rows = rows_builder(spec.value_columns)
+    return lambda batch, order: (build_rows([column_values(batch[c], order) for c in spec.value_columns]), None)
 
 
 _RUNTIMES: dict[str, _GroupRuntime] = {}

@@ -30,7 +30,7 @@ from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing.clock import ManualClock
 from timers import to_epoch_millis, to_time_bound
 
-__all__ = ["KeyedProcessHarness", "HarnessSnapshot"]
+__all__ = ["KeyedProcessHarness", "HarnessSnapshot", "KeyedHarnessBase", "key_selector_function", "require_function"]
 
 logger = logging.getLogger("keyedstate.testing.harness")
 
@@ -39,7 +39,8 @@ BackendChoice = Union[str, KeyedStateBackend]
 
 @dataclass(frozen=True)
 class HarnessSnapshot:
-    """What :meth:`KeyedProcessHarness.snapshot` returns and :meth:`KeyedProcessHarness.restore` takes."""
+    """What :meth:`KeyedProcessHarness.snapshot` (and ``KeyedCoProcessHarness.snapshot``) returns and
+    :meth:`KeyedProcessHarness.restore` (and ``KeyedCoProcessHarness.restore``) takes."""
 
     checkpoint_id: int
     storage_uri: str
@@ -49,30 +50,35 @@ class HarnessSnapshot:
     backend_kind: str = field(default="heap")
 
 
-def _key_selector(selector: Any) -> Callable[[Any], Any]:
+def key_selector_function(selector: Any, what: str = "key_selector") -> Callable[[Any], Any]:
+    """``selector`` (a callable or a PyFlink ``KeySelector``) as a plain function ``value -> key``."""
     get_key = getattr(selector, "get_key", None)  # PyFlink's KeySelector
     if callable(get_key):
         return get_key
     if callable(selector):
         return selector
     raise ConfigurationError(
-        f"key_selector must be a callable (lambda value: value['user']) or a KeySelector with get_key(), "
+        f"{what} must be a callable (lambda value: value['user']) or a KeySelector with get_key(), "
         f"got {type(selector).__qualname__}"
     )
 
 
-class KeyedProcessHarness:
-    """Feeds elements, watermarks and processing time to one function instance and records its output.
+def require_function(function: Any, kind: type, harness: str, other_harness: str) -> None:
+    """Refuse a function of the wrong kind now, rather than at the first element."""
+    if not isinstance(function, kind):
+        raise ConfigurationError(
+            f"{harness} runs a {kind.__name__}, got {type(function).__qualname__}; subclass keyedstate."
+            f"{kind.__name__} (or use {other_harness} for the other kind of function)"
+        )
 
-    ``backend`` is ``"heap"``, ``"rocksdb"`` (a temporary RocksDB directory) or a backend instance. Processing time
-    starts at ``initial_processing_time`` and only moves when :meth:`set_processing_time` is called; it is also the
-    clock of state TTL (as a Spark micro-batch's timestamp is). The watermark starts at ``MIN_WATERMARK``.
-    """
+
+class KeyedHarnessBase:
+    """What the one- and two-input harnesses share: the backend, the operator, processing time, output, state
+    inspection, snapshots and closing. The subclasses add how elements and watermarks come in."""
 
     def __init__(
         self,
-        function: KeyedProcessFunction,
-        key_selector: Any,
+        function: Any,
         *,
         backend: BackendChoice = "heap",
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
@@ -81,7 +87,6 @@ class KeyedProcessHarness:
         checkpoint_dir: Optional[str] = None,
         initial_processing_time: int = 0,
     ) -> None:
-        self._select_key = _key_selector(key_selector)
         self._clock = ManualClock(initial_processing_time)
         self._temp_dirs: list[str] = []
         self._checkpoint_dir = checkpoint_dir or self._temp_dir("keyedstate-harness-checkpoints-")
@@ -121,7 +126,7 @@ class KeyedProcessHarness:
             )
         raise ConfigurationError(f"backend must be 'heap', 'rocksdb' or a KeyedStateBackend, got {choice!r}")
 
-    def open(self) -> "KeyedProcessHarness":
+    def open(self) -> Any:
         """Create the operator and call the function's ``open``. Returns the harness."""
         if self.operator is None:
             self.operator = KeyedProcessOperator(
@@ -139,29 +144,19 @@ class KeyedProcessHarness:
 
     # ---- input -----------------------------------------------------------------------------------------------------
 
-    def process_element(self, value: Any, timestamp: Optional[int] = None) -> None:
-        """Process one element; ``timestamp`` is its event time (``ctx.timestamp()``)."""
+    def _process(self, key: Any, value: Any, timestamp: Optional[int], input_index: int) -> None:
         if timestamp is not None:
             timestamp = to_epoch_millis(timestamp, "element timestamp")
-        self._operator().process_element(self._select_key(value), value, timestamp)
+        self._operator().process_element(key, value, timestamp, input_index)
 
-    def process_elements(self, values: Sequence[Any], timestamps: Optional[Sequence[Optional[int]]] = None) -> None:
-        for index, value in enumerate(values):
-            self.process_element(value, None if timestamps is None else timestamps[index])
-
-    def process_watermark(self, watermark: int) -> int:
-        """Advance the watermark; fires due event-time timers. Returns how many timers fired."""
-        return self._operator().advance_watermark(to_time_bound(watermark, "watermark"))
+    def _advance_watermark(self, watermark: int) -> int:
+        return self._operator().advance_watermark(watermark)
 
     def set_processing_time(self, time_ms: int) -> int:
         """Move processing time (and the TTL clock) to ``time_ms``; fires due processing-time timers."""
         time_ms = to_epoch_millis(time_ms, "processing time")
         self._clock.set(time_ms)
         return self._operator().advance_processing_time(time_ms)
-
-    def end_input(self) -> int:
-        """End of a bounded input: the watermark jumps to the maximum and every event-time timer fires."""
-        return self.process_watermark(MAX_WATERMARK)
 
     # ---- output and inspection -------------------------------------------------------------------------------------
 
@@ -212,26 +207,18 @@ class KeyedProcessHarness:
             backend_kind=self.backend.backend_kind,
         )
 
-    @classmethod
-    def restore(
-        cls,
-        function: KeyedProcessFunction,
-        key_selector: Any,
+    @staticmethod
+    def _restored(
+        make: Callable[..., "KeyedHarnessBase"],
         snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
-        *,
-        backend: BackendChoice = "heap",
-        partition: int = 0,
-        partitions: int = 1,
-    ) -> "KeyedProcessHarness":
-        """A new, opened harness for partition ``partition`` of ``partitions`` restored from one snapshot or the
-        snapshots of several partitions (rescaling: it keeps exactly the key groups it owns)."""
+        **options: Any,
+    ) -> Any:
+        """``make(**options, ...)`` restored from ``snapshot`` (one or several partitions' snapshots) and opened."""
         snapshots = [snapshot] if isinstance(snapshot, HarnessSnapshot) else list(snapshot)
         if not snapshots:
             raise ConfigurationError("restore needs at least one snapshot")
-        max_parallelism = snapshots[0].max_parallelism
-        harness = cls(
-            function, key_selector, backend=backend, max_parallelism=max_parallelism, partition=partition,
-            partitions=partitions, checkpoint_dir=snapshots[0].storage_uri,
+        harness = make(
+            **options, max_parallelism=snapshots[0].max_parallelism, checkpoint_dir=snapshots[0].storage_uri,
             initial_processing_time=max(s.processing_time for s in snapshots),
         )
         owned = harness.backend.key_group_range
@@ -261,11 +248,73 @@ class KeyedProcessHarness:
         # Snapshots taken here may still be restored by another harness after this one closes.
         return self._checkpoint_id > 0
 
-    def __enter__(self) -> "KeyedProcessHarness":
+    def __enter__(self) -> Any:
         return self.open()
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class KeyedProcessHarness(KeyedHarnessBase):
+    """Feeds elements, watermarks and processing time to one ``KeyedProcessFunction`` and records its output.
+
+    ``backend`` is ``"heap"``, ``"rocksdb"`` (a temporary RocksDB directory) or a backend instance. Processing time
+    starts at ``initial_processing_time`` and only moves when :meth:`set_processing_time` is called; it is also the
+    clock of state TTL (as a Spark micro-batch's timestamp is). The watermark starts at ``MIN_WATERMARK``.
+    """
+
+    def __init__(
+        self,
+        function: KeyedProcessFunction,
+        key_selector: Any,
+        *,
+        backend: BackendChoice = "heap",
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        partition: int = 0,
+        partitions: int = 1,
+        checkpoint_dir: Optional[str] = None,
+        initial_processing_time: int = 0,
+    ) -> None:
+        require_function(function, KeyedProcessFunction, "KeyedProcessHarness", "KeyedCoProcessHarness")
+        self._select_key = key_selector_function(key_selector)
+        super().__init__(
+            function, backend=backend, max_parallelism=max_parallelism, partition=partition, partitions=partitions,
+            checkpoint_dir=checkpoint_dir, initial_processing_time=initial_processing_time,
+        )
+
+    def process_element(self, value: Any, timestamp: Optional[int] = None) -> None:
+        """Process one element; ``timestamp`` is its event time (``ctx.timestamp()``)."""
+        self._process(self._select_key(value), value, timestamp, 0)
+
+    def process_elements(self, values: Sequence[Any], timestamps: Optional[Sequence[Optional[int]]] = None) -> None:
+        for index, value in enumerate(values):
+            self.process_element(value, None if timestamps is None else timestamps[index])
+
+    def process_watermark(self, watermark: int) -> int:
+        """Advance the watermark; fires due event-time timers. Returns how many timers fired."""
+        return self._advance_watermark(to_time_bound(watermark, "watermark"))
+
+    def end_input(self) -> int:
+        """End of a bounded input: the watermark jumps to the maximum and every event-time timer fires."""
+        return self.process_watermark(MAX_WATERMARK)
+
+    @classmethod
+    def restore(
+        cls,
+        function: KeyedProcessFunction,
+        key_selector: Any,
+        snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
+        *,
+        backend: BackendChoice = "heap",
+        partition: int = 0,
+        partitions: int = 1,
+    ) -> "KeyedProcessHarness":
+        """A new, opened harness for partition ``partition`` of ``partitions`` restored from one snapshot or the
+        snapshots of several partitions (rescaling: it keeps exactly the key groups it owns)."""
+        return cls._restored(
+            lambda **options: cls(function, key_selector, **options), snapshot, backend=backend, partition=partition,
+            partitions=partitions,
+        )
 
 
 def _overlaps(left: Any, right: Any) -> bool:

@@ -6,8 +6,9 @@ import pytest
 
 from examples.count_with_timeout import CountWithTimeoutFunction
 from examples.fraud_detection import ONE_MINUTE, FraudDetector
+from examples.order_payments import LATE, OrderPaymentMatcher
 from examples.session_gap import SessionGapFunction
-from keyedstate.testing import KeyedProcessHarness
+from keyedstate.testing import KeyedCoProcessHarness, KeyedProcessHarness
 
 
 @pytest.fixture(params=["heap", "rocksdb"])
@@ -58,4 +59,41 @@ def test_session_gap_emits_one_record_per_session(backend_kind):
     assert harness.extract_output() == [("u", 0, 9_000, 3, "open,read,buy")]
     harness.end_input()
     assert harness.extract_output() == [("u", 40_000, 40_000, 1, "open")]
+    harness.close()
+
+
+def test_order_payments_matches_times_out_on_both_inputs_and_routes_late_elements(backend_kind):
+    harness = KeyedCoProcessHarness(OrderPaymentMatcher(timeout_ms=60_000), lambda o: o["order_id"],
+                                    lambda p: p["order"], backend=backend_kind).open()
+
+    def orders(*items):
+        for order_id, amount, second in items:
+            harness.process_element1({"order_id": order_id, "amount": amount}, timestamp=second * 1_000)
+
+    def payments(*items):
+        for order_id, paid, second in items:
+            harness.process_element2({"order": order_id, "paid": paid}, timestamp=second * 1_000)
+
+    orders(("A", 10.0, 0), ("C", 30.0, 10))
+    payments(("A", 10.0, 8), ("X", 5.0, 12))
+    assert harness.extract_output() == [("A", "paid", 10.0, 10.0)]
+    harness.process_watermark1(40_000)
+    harness.process_watermark2(45_000)
+    orders(("F", 60.0, 2))  # late, nothing to match: side output
+    payments(("E", 50.0, 41))
+    orders(("E", 50.0, 20))  # late, but E's payment waits: matched
+    assert harness.side_output(LATE) == [("F", "order", 2_000)]
+    assert harness.extract_output() == [("E", "paid", 50.0, 50.0)]
+    harness.process_watermark1(80_000)  # payments still at 45 s: C's (70 s) and X's (72 s) deadlines wait
+    assert harness.extract_output() == []
+    snapshot = harness.snapshot()
+    harness.close()
+
+    harness = KeyedCoProcessHarness.restore(OrderPaymentMatcher(timeout_ms=60_000), lambda o: o["order_id"],
+                                            lambda p: p["order"], snapshot, backend=backend_kind)
+    harness.process_watermark(80_000)  # after a restore both inputs' watermarks start over, as in Flink
+    assert sorted(harness.extract_output(with_timestamps=True)) == [
+        (("C", "unpaid", 30.0, None), 70_000), (("X", "unexpected_payment", None, 5.0), 72_000),
+    ]
+    assert harness.num_event_time_timers() == 0
     harness.close()

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
-from keyedstate.errors import UserFunctionError
+from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, Types, ValueStateDescriptor
+from keyedstate.errors import ConfigurationError, UserFunctionError
 from keyedstate.keygroups import key_group_for_key
 from keyedstate.operator import KeyedProcessOperator
 from keyedstate.serialization import encode_key
@@ -163,3 +163,45 @@ def test_a_timer_service_kept_from_process_element_works_for_the_firing_key_in_o
     operator.advance_watermark(200)
     records, _ = operator.outputs.drain()
     assert records == [("a", 5), ("b", 7), ("c", 50), ("a", 105), ("b", 107), ("c", 150)]
+
+
+class TwoInputs(KeyedCoProcessFunction):
+    """Both inputs count into one state per key; each callback says which input it served."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element1(self, value, ctx):
+        yield from self._count("first", value)
+
+    def process_element2(self, value, ctx):
+        if value == "fail":
+            raise RuntimeError("bad payment")
+        yield from self._count("second", value)
+
+    def _count(self, callback, value):
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        yield callback, value, count
+
+
+def test_key_runs_of_two_inputs_dispatch_by_input_index_like_process_element():
+    elements = [("a", "x"), ("b", "y"), ("a", "z"), ("a", "w"), ("b", "v")]
+    inputs_by_value = {"x": 0, "y": 1, "z": 1, "w": 0, "v": 0}
+    runs, values, timestamps = _runs(elements)
+    oracle = KeyedProcessOperator(TwoInputs(), _backend())
+    oracle.open()
+    for key, _, start, end in runs:
+        for value in values[start:end]:
+            oracle.process_element(key, value, input_index=inputs_by_value[value])
+    operator = KeyedProcessOperator(TwoInputs(), _backend())
+    operator.open()
+    operator.process_key_runs(runs, values, timestamps, [inputs_by_value[value] for value in values])
+    records, _ = operator.outputs.drain()
+    assert records == oracle.outputs.drain()[0]
+    assert records == [("first", "x", 1), ("second", "z", 2), ("first", "w", 3), ("second", "y", 1),
+                       ("first", "v", 2)]
+    with pytest.raises(UserFunctionError, match=r"TwoInputs\.process_element2 failed for key 'b' on element 'fail'"):
+        operator.process_key_runs(*_runs([("b", "fail")])[:3], [1])
+    with pytest.raises(ConfigurationError, match=r"TwoInputs has 2 input\(s\) .* there is no input 2"):
+        operator.process_element("a", "x", input_index=2)

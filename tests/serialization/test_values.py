@@ -81,3 +81,13 @@ def test_an_unknown_format_byte_is_reported_not_misread():
 
 def test_the_pickle_codec_is_plain_pickle():
     assert PickleValueCodec().serialize(Point(1, 2)) == pickle.dumps(Point(1, 2), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def test_the_default_codec_travels_by_pickle_with_what_holds_it():
+    """Functions go to Spark's workers pickled; an OutputTag or descriptor they hold carries the default codec."""
+    from keyedstate import OutputTag
+
+    tag = pickle.loads(pickle.dumps(OutputTag("late")))
+    assert tag == OutputTag("late")
+    codec = tag.type_info.serializer
+    assert codec.deserialize(codec.serialize({"a": [1, 2.5]})) == {"a": [1, 2.5]}

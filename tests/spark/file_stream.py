@@ -23,7 +23,8 @@ class SparkBatch:
     batch_id: int
     watermark: int
     timestamp: int
-    files: list[int]  # indexes of the input files this batch read
+    files: list[int]  # indexes of the input files this batch read (of the first source)
+    files_by_source: tuple[list[int], ...] = ()  # the same for every source of the query, in plan order
 
 
 # Spark's file source takes new files oldest first by modification time; files written in the same instant would
@@ -40,17 +41,21 @@ def write_input(directory: Path, index: int, rows: list[dict]) -> None:
 
 
 def read_batches(checkpoint: Path) -> list[SparkBatch]:
-    """Committed micro-batches from the checkpoint's offsets and commits logs."""
+    """Committed micro-batches from the checkpoint's offsets and commits logs (file sources, one offset per file)."""
     committed = {int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit()}
     batches = []
-    previous_offset = -1
+    previous_offsets: list[int] = []
     for batch_id in sorted(committed):
         lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
         metadata = json.loads(lines[1])
-        offset = json.loads(lines[2])["logOffset"] if lines[2] not in ("-", "") else previous_offset
+        sources = lines[2:]
+        previous_offsets += [-1] * (len(sources) - len(previous_offsets))
+        offsets = [json.loads(line)["logOffset"] if line not in ("-", "") else previous
+                   for line, previous in zip(sources, previous_offsets)]
+        files = tuple(list(range(previous + 1, offset + 1)) for previous, offset in zip(previous_offsets, offsets))
         batches.append(SparkBatch(batch_id, int(metadata["batchWatermarkMs"]), int(metadata["batchTimestampMs"]),
-                                  list(range(previous_offset + 1, offset + 1))))
-        previous_offset = offset
+                                  files[0], files))
+        previous_offsets = offsets
     return batches
 
 

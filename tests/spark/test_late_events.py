@@ -8,7 +8,7 @@ import pytest
 
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
 from keyedstate.spark import apply_in_pandas_with_state_args
-from keyedstate.spark.api import LATE_EVENTS_ANCHOR_COLUMN
+from keyedstate.spark.watermarks import LATE_EVENTS_ANCHOR_COLUMN
 from tests.spark.file_stream import start_query, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
