@@ -95,7 +95,7 @@ class _GroupRuntime:
         self.clock = _BatchClock()
         self.store = _create_store(spec, self.clock)
         self.backend = self.store.backend
-        call = "keyed_process" if spec.inputs is None else "keyed_co_process"
+        call = self.call_name = "keyed_process" if spec.inputs is None else "keyed_co_process"
         self.operator = KeyedProcessOperator(
             function, self.backend, task_name=f"{call}[{type(function).__qualname__}]", **self._task_info(),
         )
@@ -205,7 +205,7 @@ class _GroupRuntime:
             row = batch.loc[batch.index[null], key_columns].to_dict()
             raise NullKeyError(
                 f"an element has a null key ({row}); keyed state needs non-null keys. Filter out or fill null "
-                f"keys before keyed_process"
+                f"keys before {self.call_name}"
             )
         time_column = spec.event_time_ms_column
         times: Optional[np.ndarray] = None
@@ -215,7 +215,8 @@ class _GroupRuntime:
             if null is not None:
                 row = batch.loc[batch.index[null], key_columns].to_dict()
                 raise ConfigurationError(
-                    f"an element of key {row} has a null event time; drop or fill null event times before keyed_process"
+                    f"an element of key {row} has a null event time; drop or fill null event times before "
+                    f"{self.call_name}"
                 )
             times = time_series.to_numpy().astype("int64", copy=False)
         order, starts = group_order(codes, times)
