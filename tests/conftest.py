@@ -39,6 +39,7 @@ def s3_server(tmp_path_factory):
     """A real S3-compatible server (S3Proxy, filesystem backend) on 127.0.0.1 for the whole session. Tests that stop
     it start it again (``server.kill()`` then ``server.start()``: same port, same objects); each test uses its own
     bucket (``server.new_bucket()``)."""
+    sys.path.insert(0, str(Path(REPO_ROOT) / "scripts"))
     from s3proxy_server import S3ProxyServer, s3proxy_jar
 
     server = S3ProxyServer(s3proxy_jar(), tmp_path_factory.mktemp("s3proxy") / "data")

@@ -1,8 +1,8 @@
-"""A real S3-compatible server for the tests: S3Proxy (Maven Central, ``scripts/s3proxy.sh``) on 127.0.0.1 with its
+"""A real S3-compatible server for the tests and the bench: S3Proxy (Maven Central, ``scripts/s3proxy.sh``) on 127.0.0.1 with its
 filesystem backend, so it can be killed and started again on the same port with every object still there (an
 outage, not a data loss).
 
-The server dies with the test process (PR_SET_PDEATHSIG) and at exit.
+The server dies with the process that started it (PR_SET_PDEATHSIG) and at its exit. Standard library only.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+__all__ = ["S3ProxyServer", "s3proxy_jar", "ACCESS_KEY", "SECRET_KEY"]
 ACCESS_KEY = "keyedstate-test"
 SECRET_KEY = "keyedstate-test-secret"
 
