@@ -78,10 +78,9 @@ class StorageOptions:
             s3.update(_endpoint(str(options["endpoint_url"]), "state_storage_options['endpoint_url']"))
         return cls(float(retry), s3)
 
-    def describe(self) -> str:
-        """The options for messages and logs, secrets masked."""
+    def __repr__(self) -> str:  # specs and logs show it: never the secrets
         shown = {name: ("***" if name in _SECRET_OPTIONS else value) for name, value in sorted(self.s3.items())}
-        return f"retry_seconds={self.retry_seconds:g}" + "".join(f", {k}={v!r}" for k, v in shown.items())
+        return f"StorageOptions(retry_seconds={self.retry_seconds:g}{''.join(f', {k}={v!r}' for k, v in shown.items())})"
 
 
 def _endpoint(url: str, what: str) -> dict[str, str]:

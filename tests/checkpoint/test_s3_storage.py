@@ -11,6 +11,7 @@ import pytest
 
 from keyedstate import ValueStateDescriptor
 from keyedstate.checkpoint import CheckpointStorage, restore_latest
+from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, StorageUnavailableError
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
@@ -123,3 +124,10 @@ def test_an_outage_longer_than_the_budget_fails_naming_the_location_and_the_opti
     s3.start()
     with pytest.raises(SnapshotCorruptedError, match="missing or unreadable"):
         storage.read_verified(FileEntry("kg-00000/gone.log", "gone.log", 1, "00"), Where())
+
+
+def test_the_options_never_show_their_secrets():
+    options = StorageOptions.parse({"access_key": "AKIA1", "secret_key": "hunter2", "session_token": "tok3n",
+                                    "endpoint_url": "http://127.0.0.1:9000"})
+    assert "hunter2" not in repr(options) and "tok3n" not in repr(options)
+    assert "endpoint_override='127.0.0.1:9000'" in repr(options) and "scheme='http'" in repr(options)
