@@ -316,7 +316,7 @@ class CheckpointStorage:
                     self._delete(path, deleted)
             for path in self.list_files(directory):
                 self._delete(path, deleted)
-            self._io(lambda: self.filesystem.delete_dir(self._full(directory)), f"delete {directory}")
+            self._remove_dir(directory)
             self._delete_if_empty(f"chk-{int(checkpoint_id)}")
         if deleted:
             logger.info("checkpoint retention for scope %s dropped checkpoints %s (%d files)", scope, dropped_ids,
@@ -326,10 +326,16 @@ class CheckpointStorage:
     def _delete_if_empty(self, relative_dir: str) -> None:
         # Only dropped (old) checkpoint ids get here; no writer adds files to them any more.
         if not self._list(self._full(relative_dir)):
-            try:
-                self.filesystem.delete_dir(self._full(relative_dir))
-            except OSError:
-                pass
+            self._remove_dir(relative_dir)
+
+    def _remove_dir(self, relative: str) -> None:
+        """Remove an emptied directory (on object stores: its marker object, if pyarrow left one)."""
+        try:
+            self.filesystem.delete_dir(self._full(relative))
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            logger.warning("could not delete %s: %s", relative, error)
 
     def _delete(self, relative: str, deleted: list[str]) -> None:
         try:
@@ -360,10 +366,7 @@ class CheckpointStorage:
         if info.type == pafs.FileType.Directory:
             for path in self.list_files(relative):
                 self._delete(path, deleted)
-            try:
-                self.filesystem.delete_dir(self._full(relative))
-            except OSError as error:
-                logger.warning("could not delete %s: %s", relative, error)
+            self._remove_dir(relative)
         elif info.type == pafs.FileType.File:
             self._delete(relative, deleted)
         return deleted

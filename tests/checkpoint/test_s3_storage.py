@@ -131,3 +131,19 @@ def test_the_options_never_show_their_secrets():
                                     "endpoint_url": "http://127.0.0.1:9000"})
     assert "hunter2" not in repr(options) and "tok3n" not in repr(options)
     assert "endpoint_override='127.0.0.1:9000'" in repr(options) and "scheme='http'" in repr(options)
+
+
+def test_retention_on_s3_deletes_dropped_snapshots_and_leaves_no_objects_behind(s3, tmp_path):
+    storage = CheckpointStorage(f"s3://{s3.bucket}/retained", retained_checkpoints=2, options=s3.storage_options())
+    backend = RocksDBKeyedStateBackend(str(tmp_path / "db"), max_parallelism=8, checkpoint_storage=storage)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", int))
+    for checkpoint_id in range(1, 6):
+        for key in range(50):
+            backend.set_current_key(f"k{key}")
+            count.update(key * checkpoint_id)
+        backend.snapshot(checkpoint_id=checkpoint_id)
+    backend.close()
+    assert storage.checkpoint_ids_of_scope("kg-0-7") == [4, 5]
+    on_disk = {p.relative_to(s3.data_dir / s3.bucket / "retained").parts[0]
+               for p in (s3.data_dir / s3.bucket / "retained").rglob("*") if p.is_file()}
+    assert on_disk == {"chk-4", "chk-5", "shared"}
