@@ -1,6 +1,6 @@
 """RocksDB mode with its state on a real S3-compatible server (S3Proxy on 127.0.0.1): output and state equal row
-mode's, restores come from S3, a 20 s outage mid-query is ridden out within the retry budget, and a longer outage
-fails the batch naming the storage and the option, after which the restarted query continues exactly once."""
+mode's with every batch restoring from S3 and a 20 s outage mid-query ridden out within the retry budget; a longer
+outage fails the batch naming the storage and the option, after which the restarted query continues exactly once."""
 
 from __future__ import annotations
 
@@ -28,37 +28,29 @@ def objects(s3, pattern: str) -> list[Path]:
     return sorted((s3.data_dir / s3.bucket).rglob(pattern))
 
 
-def test_state_on_s3_gives_row_mode_output_and_state_and_restores_from_s3(spark, tmp_path, s3, heap_run):
-    def lose_local_databases():  # every batch restores from S3: bases downloaded, changelogs replayed
-        shutil.rmtree(tmp_path / "local", ignore_errors=True)
+def test_state_on_s3_survives_a_20_second_outage_mid_query_with_nothing_lost(spark, tmp_path, s3, heap_run):
+    done = []
+    restart: list[threading.Thread] = []
 
-    run_batches(spark, tmp_path, range(BATCHES), between=lose_local_databases, **s3_backend(s3, tmp_path))
+    def lose_local_databases_and_s3_after_the_third_batch():
+        # every batch restores from S3 (bases downloaded, changelogs replayed), as on a new executor
+        shutil.rmtree(tmp_path / "local", ignore_errors=True)
+        done.append(1)
+        if len(done) == 3:
+            s3.kill()
+            restart.append(threading.Thread(target=lambda: (time.sleep(20), s3.start())))
+            restart[0].start()
+
+    started = time.monotonic()
+    run_batches(spark, tmp_path, range(BATCHES), between=lose_local_databases_and_s3_after_the_third_batch,
+                **s3_backend(s3, tmp_path))
+    restart[0].join()
+    assert time.monotonic() - started >= 20  # the fourth batch waited for S3
     assert output_of(spark, tmp_path) == heap_run[0]
     state = read_keyed_state(spark, str(tmp_path / "checkpoint"), state_storage_options=s3.storage_options())
     assert state == heap_run[1]
     assert objects(s3, "b*.json") and objects(s3, "c*.log") and objects(s3, "*.sst")
     assert not (tmp_path / "state-storage").exists()
-
-
-def test_a_20_second_outage_mid_query_is_ridden_out_with_nothing_lost(spark, tmp_path, s3, heap_run, caplog):
-    done = []
-    restart: list[threading.Thread] = []
-
-    def outage_after_third_batch():
-        done.append(1)
-        if len(done) == 3:
-            s3.kill()
-            shutil.rmtree(tmp_path / "local", ignore_errors=True)  # the next batch must also download
-            restart.append(threading.Thread(target=lambda: (time.sleep(20), s3.start())))
-            restart[0].start()
-
-    started = time.monotonic()
-    run_batches(spark, tmp_path, range(BATCHES), between=outage_after_third_batch, **s3_backend(s3, tmp_path))
-    restart[0].join()
-    assert time.monotonic() - started >= 20  # the fourth batch waited for S3
-    assert output_of(spark, tmp_path) == heap_run[0]
-    assert read_keyed_state(spark, str(tmp_path / "checkpoint"), state_storage_options=s3.storage_options()) == \
-        heap_run[1]
 
 
 def test_an_outage_longer_than_the_budget_fails_naming_storage_and_option_then_resumes_exactly_once(
