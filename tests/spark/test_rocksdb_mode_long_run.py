@@ -2,7 +2,7 @@
 durable storage and local disk bounded, garbage collection never deletes a file a version Spark still retains
 (``minBatchesToRetain``) names: the state of every retained batch restores from storage.
 
-About 25 minutes on a busy 2-core machine: ``make test-long`` runs this."""
+About 7 minutes on an idle 2-core machine, 20 when it is busy: ``make test-long`` runs this."""
 
 from __future__ import annotations
 
