@@ -28,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -144,7 +144,7 @@ class LatestWithTimer(KeyedProcessFunction):
             yield ctx.get_current_key(), current[0], current[1]
 
 
-def keyed_process_query(source, variant: str, scratch: Path, s3: Optional["S3ProxyServer"] = None):
+def keyed_process_query(source, variant: str, scratch: Path, s3: Any = None):
     from keyedstate.spark import keyed_process
 
     extra = {} if variant == "heap" else {
@@ -199,11 +199,11 @@ def tws_query(source):
             .transformWithStateInPandas(_tws_processor_class()(), OUTPUT_SCHEMA, "Append", "EventTime"))
 
 
-def build_query(variant: str, source, scratch: Path, s3: Optional["S3ProxyServer"] = None):
+def build_query(variant: str, source, scratch: Path, s3: Any = None):
     return tws_query(source) if variant == "tws" else keyed_process_query(source, variant, scratch, s3)
 
 
-def start_s3_server(scratch: Path) -> "S3ProxyServer":
+def start_s3_server(scratch: Path) -> Any:
     """S3Proxy whose objects are files below ``scratch/storage``, so durable bytes are sampled as for the others."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     from s3proxy_server import S3ProxyServer, s3proxy_jar
