@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(PY)
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo bench kafka-jars broker clean
+.PHONY: venv test test-long demo bench kafka-jars s3proxy-jar broker clean
 
 $(VENV)/.installed: pyproject.toml setup.py keyedstate/_fastpath.c
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
@@ -22,8 +22,15 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
-test: venv kafka-jars
-	$(PY) -m pytest $(PYTEST_ARGS)
+test: venv kafka-jars s3proxy-jar
+	$(PY) -m pytest -m "not long" $(PYTEST_ARGS)
+
+# Tests that take minutes each (executor loss on a local cluster, 300-batch runs): CI runs them as a separate job.
+test-long: venv kafka-jars s3proxy-jar
+	$(PY) -m pytest -m long $(PYTEST_ARGS)
+
+s3proxy-jar:
+	bash scripts/s3proxy.sh fetch
 
 demo: venv
 	$(PY) -m examples.demo

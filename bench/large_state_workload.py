@@ -7,7 +7,9 @@ Variants (same files, same Spark conf as bench/spark_workloads.py):
 
 ``heap`` (keyed_process, row mode: a key group's whole state in its Spark state row), ``rocksdb`` (RocksDB mode: a
 local RocksDB per key group, changelogs to ``state_storage``), ``rocksdb_kg8`` (the same with ``num_key_groups=8``),
-``tws`` (transformWithStateInPandas with a ValueState and one event-time timer per key).
+``rocksdb_s3`` (RocksDB mode with ``state_storage`` on a local S3-compatible server, S3Proxy with its filesystem
+backend under the run's scratch directory, started by the run), ``tws`` (transformWithStateInPandas with a
+ValueState and one event-time timer per key).
 
 Every run is its own process (``python bench/large_state_workload.py --variant ...``, started by the test): a fresh
 JVM and fresh Python workers, whose peak memory (VmHWM) then belongs to that run alone. Files are fed one at a time
@@ -26,7 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -36,7 +38,7 @@ import spark_workloads as W  # noqa: E402
 from run_sampling import WorkerMemory, bytes_written, files_under  # noqa: E402
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa: E402
 
-VARIANTS = ("heap", "rocksdb", "rocksdb_kg8", "tws")
+VARIANTS = ("heap", "rocksdb", "rocksdb_kg8", "rocksdb_s3", "tws")
 FEW_KEY_GROUPS = 8  # rocksdb_kg8: num_key_groups near the shuffle partition count (4), as docs/spark.md suggests
 TIMEOUT_MS = 30 * 24 * 3_600_000  # far beyond the events' span: timers stay pending
 BATCH_SPACING_MS = 60_000  # later batch b has event times in [SPAN + b min, SPAN + (b+1) min): never late
@@ -142,13 +144,15 @@ class LatestWithTimer(KeyedProcessFunction):
             yield ctx.get_current_key(), current[0], current[1]
 
 
-def keyed_process_query(source, variant: str, scratch: Path):
+def keyed_process_query(source, variant: str, scratch: Path, s3: Any = None):
     from keyedstate.spark import keyed_process
 
     extra = {} if variant == "heap" else {
         "state_backend": "rocksdb", "state_storage": str(scratch / "storage"), "state_local_dir": str(scratch / "local")}
     if variant == "rocksdb_kg8":
         extra["num_key_groups"] = FEW_KEY_GROUPS
+    if s3 is not None:
+        extra.update(state_storage=f"s3://{s3.new_bucket()}/state", state_storage_options=s3.storage_options())
     return keyed_process(source, ["key"], LatestWithTimer(), OUTPUT_SCHEMA, event_time_column="ts", **extra)
 
 
@@ -195,8 +199,18 @@ def tws_query(source):
             .transformWithStateInPandas(_tws_processor_class()(), OUTPUT_SCHEMA, "Append", "EventTime"))
 
 
-def build_query(variant: str, source, scratch: Path):
-    return tws_query(source) if variant == "tws" else keyed_process_query(source, variant, scratch)
+def build_query(variant: str, source, scratch: Path, s3: Any = None):
+    return tws_query(source) if variant == "tws" else keyed_process_query(source, variant, scratch, s3)
+
+
+def start_s3_server(scratch: Path) -> Any:
+    """S3Proxy whose objects are files below ``scratch/storage``, so durable bytes are sampled as for the others."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from s3proxy_server import S3ProxyServer, s3proxy_jar
+
+    server = S3ProxyServer(s3proxy_jar(), scratch / "storage")
+    server.start()
+    return server
 
 
 # --- one run: fill, later batches, optional validation ----------------------------------------------------------------
@@ -242,7 +256,8 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
 
     name = f"large_state_{variant}_{uuid.uuid4().hex[:8]}"
     source = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(inbox))
-    output = build_query(variant, source.withWatermark("ts", "0 seconds"), scratch)
+    s3 = start_s3_server(scratch) if variant == "rocksdb_s3" else None
+    output = build_query(variant, source.withWatermark("ts", "0 seconds"), scratch, s3)
     batches = []
     with WorkerMemory() as memory:
         feed(files[0])
@@ -278,6 +293,8 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
                           expected_output(size, later_batches))
         query.stop()
     spark.stop()
+    if s3 is not None:
+        s3.kill()
     return summarize(variant, size, batches, memory.peaks, validate, scratch)
 
 

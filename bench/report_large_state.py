@@ -16,10 +16,12 @@ LABELS = {
     "heap": "keyed_process, row mode (heap)",
     "rocksdb": "keyed_process, RocksDB mode",
     "rocksdb_kg8": "keyed_process, RocksDB mode, num_key_groups=8 (tuned; not a target)",
+    "rocksdb_s3": "keyed_process, RocksDB mode, state on a local S3-compatible server (S3Proxy)",
     "tws": "transformWithStateInPandas",
 }
-ORDER = ["heap", "rocksdb", "rocksdb_kg8", "tws"]
+ORDER = ["heap", "rocksdb", "rocksdb_kg8", "rocksdb_s3", "tws"]
 SMALL, LARGE = 200_000, 4_000_000
+S3_SIZE = 1_000_000  # issue 18's S3 target
 # the row-mode figures the issue was opened with, shown when this run has no row-mode run at the large size
 EARLIER_ROW_MODE = {"bytes": "354 MB", "memory": "1.0 GB"}
 
@@ -71,23 +73,25 @@ WHY = {
            "bench/PROFILE-spark.md, RocksDB mode.",
     "bytes": "RocksDB mode writes a changelog per key group and batch and, every 64 changelogs or when they "
              "outgrow the base, a new base's new SSTs; more means bigger changelogs or bases written more often.",
+    "s3": "A later batch writes one changelog object per changed key group (one PUT each) and reads nothing; more "
+          "than local means the PUTs' latency adds up per call, or a base upload's multipart requests do.",
     "memory": "A RocksDB-mode worker keeps databases open within one block cache and one memtable budget (64 MiB "
               "each by default) plus one key group's elements; more means something is held across key groups.",
 }
 
 
 def _target(text: str, value: float | None, threshold: float, at_most: bool, measured: str, goal: str, short: str,
-            strict: bool = False, why: str | None = None) -> dict:
+            strict: bool = False, why: str | None = None, issue: str = "17") -> dict:
     """A target row in report.py's shape; ``score`` (>= 1: met) and ``label`` drive its targets plot."""
     if value is None:
-        return {"issue": "17", "target": text, "measured": "-", "goal": goal, "status": "not measured in this run",
-                "value": None, "threshold": threshold, "short": f"#17 {short}", "why": None}
+        return {"issue": issue, "target": text, "measured": "-", "goal": goal, "status": "not measured in this run",
+                "value": None, "threshold": threshold, "short": f"#{issue} {short}", "why": None}
     score = (threshold / value if value else float("inf")) if at_most else value / threshold
     met = (value < threshold if strict else value <= threshold) if at_most else value >= threshold
     off = abs(value / threshold - 1) * 100
     status = "met" if met else f"**missed** ({off:.0f}% {'over' if at_most else 'short'})"
-    return {"issue": "17", "target": text, "measured": measured, "goal": goal, "status": status, "value": value,
-            "threshold": threshold, "score": score, "short": f"#17 {short}",
+    return {"issue": issue, "target": text, "measured": measured, "goal": goal, "status": status, "value": value,
+            "threshold": threshold, "score": score, "short": f"#{issue} {short}",
             "label": f"{measured.split(' (')[0]} (target {goal})", "why": None if met else why}
 
 
@@ -128,6 +132,14 @@ def targets(rows: list[dict]) -> list[dict]:
     out.append(_target(f"Python worker peak memory, RocksDB mode, {at}", memory, 600, True,
                        memory is not None and f"{memory:,.0f} MB ({row_mode})", "< 600 MB",
                        "RocksDB mode worker peak MB", strict=True, why=WHY["memory"]))
+    s3_sizes = sorted(k for (v, k) in runs if v == "rocksdb_s3" and ("rocksdb", k) in runs)
+    s3_at = S3_SIZE if S3_SIZE in s3_sizes else (s3_sizes[-1] if s3_sizes else None)
+    on_s3 = s3_at and _time(runs[("rocksdb_s3", s3_at)]) / _time(runs[("rocksdb", s3_at)])
+    out.append(_target(f"RocksDB mode later-batch time, state on a local S3-compatible server vs the local file "
+                       f"system, {s3_at or S3_SIZE:,} keys", on_s3 or None, 1.5, True,
+                       on_s3 and f"{on_s3:.2f}x ({_time(runs[('rocksdb_s3', s3_at)]):.2f} s vs "
+                                 f"{_time(runs[('rocksdb', s3_at)]):.2f} s, median later batch)",
+                       "<= 1.5x", "RocksDB mode time, S3 / local", why=WHY["s3"], issue="18"))
     return out
 
 

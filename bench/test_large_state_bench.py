@@ -8,8 +8,10 @@ bench/RESULTS.md (``make bench``; ``bench/run.py --suites large_state`` runs thi
 
 Environment knobs (all optional):
     LARGE_STATE_BENCH_SIZES      comma list of smoke,200k,1M,4M keys of state   (default: 200k,1M,4M)
-    LARGE_STATE_BENCH_VARIANTS   comma list of heap,rocksdb,rocksdb_kg8,tws   (default: all; rocksdb_kg8 is RocksDB
-                                 mode with num_key_groups=8, reported beside the defaults)
+    LARGE_STATE_BENCH_VARIANTS   comma list of heap,rocksdb,rocksdb_kg8,rocksdb_s3,tws   (default: all; rocksdb_kg8
+                                 is RocksDB mode with num_key_groups=8, reported beside the defaults; rocksdb_s3 keeps
+                                 the state on a local S3-compatible server, S3Proxy, started by the run)
+    LARGE_STATE_BENCH_S3_SIZES   sizes rocksdb_s3 runs at (default: 1M, where issue 18's target is set)
     LARGE_STATE_BENCH_TWS_SIZES  sizes tws runs at (default: smoke,200k; filling 4M keys through tws takes about an
                                  hour, and its per-batch cost does not depend on the state's size)
     LARGE_STATE_BENCH_BATCHES    later batches after the fill (default 6; the first is a warm-up for the time)
@@ -50,6 +52,7 @@ def _env_list(name: str, default: str) -> list[str]:
 SELECTED_SIZES = _env_list("LARGE_STATE_BENCH_SIZES", "200k,1M,4M")
 SELECTED_VARIANTS = _env_list("LARGE_STATE_BENCH_VARIANTS", ",".join(L.VARIANTS))
 TWS_SIZES = _env_list("LARGE_STATE_BENCH_TWS_SIZES", "smoke,200k")
+S3_SIZES = _env_list("LARGE_STATE_BENCH_S3_SIZES", "1M")
 LATER_BATCHES = int(os.environ.get("LARGE_STATE_BENCH_BATCHES", "6"))
 ROCKSDB_LATER_BATCHES = int(os.environ.get("LARGE_STATE_BENCH_ROCKSDB_BATCHES",
                                            str(SnapshotPolicy().max_changelogs + 6)))
@@ -59,7 +62,8 @@ VALIDATE_UP_TO_KEYS = 50_000  # firing every timer and collecting the output is 
 
 
 def _variants(size_name: str) -> list[str]:
-    return [v for v in L.VARIANTS if v in SELECTED_VARIANTS and (v != "tws" or size_name in TWS_SIZES)]
+    return [v for v in L.VARIANTS if v in SELECTED_VARIANTS and (v != "tws" or size_name in TWS_SIZES)
+            and (v != "rocksdb_s3" or size_name in S3_SIZES)]
 
 
 def later_batches(variant: str) -> int:

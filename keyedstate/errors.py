@@ -23,6 +23,8 @@ __all__ = [
     "SnapshotError",
     "SnapshotCorruptedError",
     "NoRestorableSnapshotError",
+    "StorageUnavailableError",
+    "StateStorageConflictError",
     "InvalidTimestampError",
     "UserFunctionError",
     "InvalidOutputError",
@@ -91,6 +93,14 @@ class SnapshotCorruptedError(SnapshotError):
 
 class NoRestorableSnapshotError(SnapshotError):
     """No retained snapshot could be restored."""
+
+
+class StorageUnavailableError(SnapshotError):
+    """The state storage stayed unreachable for longer than the retry budget."""
+
+
+class StateStorageConflictError(ConfigurationError):
+    """A query's state storage is (or was) written by another query, operator or location."""
 
 
 class InvalidTimestampError(KeyedStateError, ValueError):

@@ -32,3 +32,28 @@ def implementation(request, monkeypatch):
             "available (make venv) to test the compiled path"
         )
     return request.param
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3-compatible server (S3Proxy, filesystem backend) on 127.0.0.1 for the whole session. Tests that stop
+    it start it again (``server.kill()`` then ``server.start()``: same port, same objects); each test uses its own
+    bucket (``server.new_bucket()``)."""
+    sys.path.insert(0, str(Path(REPO_ROOT) / "scripts"))
+    from s3proxy_server import S3ProxyServer, s3proxy_jar
+
+    server = S3ProxyServer(s3proxy_jar(), tmp_path_factory.mktemp("s3proxy") / "data")
+    server.start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def s3(s3_server):
+    """The session's S3 server, running, with a fresh bucket for this test (``s3.bucket``)."""
+    if not s3_server.running:
+        s3_server.start()
+    s3_server.bucket = s3_server.new_bucket()
+    yield s3_server
+    if not s3_server.running:
+        s3_server.start()

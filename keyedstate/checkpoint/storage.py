@@ -16,13 +16,15 @@ import hashlib
 import logging
 import os
 import re
+import time
 import uuid
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 import pyarrow.fs as pafs
 
+from keyedstate.checkpoint.filesystems import StorageOptions, has_directories, is_transient, open_filesystem
 from keyedstate.checkpoint.manifest import FileEntry, SnapshotManifest
-from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, SnapshotError
+from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, SnapshotError, StorageUnavailableError
 
 __all__ = ["CheckpointStorage", "MANIFEST_NAME", "DEFAULT_RETAINED_CHECKPOINTS"]
 
@@ -33,28 +35,37 @@ DEFAULT_RETAINED_CHECKPOINTS = 3
 _CHUNK = 4 * 1024 * 1024
 _CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 _SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+_FIRST_RETRY_DELAY = 0.2
+_MAX_RETRY_DELAY = 5.0
+_T = TypeVar("_T")
 
 
 class CheckpointStorage:
-    """Where snapshots live. ``retained_checkpoints`` snapshots are kept per scope (default 3)."""
+    """Where snapshots live. ``retained_checkpoints`` snapshots are kept per scope (default 3).
+
+    ``options`` (:class:`~keyedstate.checkpoint.filesystems.StorageOptions` or its dict form): credentials and
+    endpoint of ``s3://`` locations and ``retry_seconds``, how long an operation is retried while the store is
+    unreachable (exponential backoff); after that it fails with :class:`SnapshotError` naming the location."""
 
     def __init__(self, location: str | os.PathLike[str], *, retained_checkpoints: int = DEFAULT_RETAINED_CHECKPOINTS,
-                 filesystem: Optional[pafs.FileSystem] = None) -> None:
+                 filesystem: Optional[pafs.FileSystem] = None,
+                 options: Optional[Mapping[str, Any] | StorageOptions] = None) -> None:
         if not isinstance(retained_checkpoints, int) or retained_checkpoints < 1:
             raise ConfigurationError(f"retained_checkpoints must be an int >= 1, got {retained_checkpoints!r}")
         self.retained_checkpoints = retained_checkpoints
+        self.options = StorageOptions.parse(options)
         location = os.fspath(location)
         if filesystem is not None:
             self.filesystem, self.root = filesystem, location.rstrip("/")
-        elif "://" in location:
+        else:
             try:
-                self.filesystem, self.root = pafs.FileSystem.from_uri(location)
+                self.filesystem, self.root = open_filesystem(location, self.options)
+            except ConfigurationError:
+                raise
             except Exception as error:  # pyarrow raises ArrowInvalid/OSError for unknown schemes and bad URIs
                 raise ConfigurationError(f"checkpoint location {location!r} is not usable: {error}") from error
-            self.root = self.root.rstrip("/")
-        else:
-            self.filesystem, self.root = pafs.LocalFileSystem(), os.path.abspath(location)
         self.location = location
+        self._directories = has_directories(self.filesystem)
         self._io(lambda: self.filesystem.create_dir(self.root, recursive=True), "create the storage root")
 
     def __repr__(self) -> str:
@@ -79,19 +90,61 @@ class CheckpointStorage:
     def _full(self, relative: str) -> str:
         return f"{self.root}/{relative}"
 
-    def _io(self, action, what: str):
+    def _io(self, action: Callable[[], _T], what: str) -> _T:
         try:
-            return action()
+            return self._retrying(action, what)
         except FileNotFoundError:
             raise
         except OSError as error:  # pyarrow raises OSError subclasses for every filesystem failure
-            raise SnapshotError(f"checkpoint storage {self.location}: cannot {what}: {error}") from error
+            raise self._failed(what, error) from error
+
+    def _reading(self, action: Callable[[], _T], what: str, missing: Callable[[OSError], SnapshotError]) -> _T:
+        """Like :meth:`_io`, but a file that is absent or unreadable (not: a store that is unreachable) raises
+        ``missing(error)``, so a restore can tell a damaged snapshot from an outage."""
+        try:
+            return self._retrying(action, what)
+        except OSError as error:
+            raise (self._failed(what, error) if is_transient(error) else missing(error)) from error
+
+    def _failed(self, what: str, error: OSError) -> SnapshotError:
+        if not is_transient(error):
+            return SnapshotError(f"checkpoint storage {self.location}: cannot {what}: {error}")
+        return StorageUnavailableError(
+            f"checkpoint storage {self.location}: cannot {what}: {error} (still failing after retrying for "
+            f"{self.options.retry_seconds:g} s; raise state_storage_options['retry_seconds'] to ride out longer "
+            f"outages)")
+
+    def _retrying(self, action: Callable[[], _T], what: str) -> _T:
+        """``action()``, again after transient failures until ``options.retry_seconds`` have passed."""
+        deadline = time.monotonic() + self.options.retry_seconds
+        delay = _FIRST_RETRY_DELAY
+        failures = 0
+        while True:
+            try:
+                result = action()
+            except OSError as error:
+                if not is_transient(error) or time.monotonic() + delay > deadline:
+                    raise
+                failures += 1
+                if failures == 1:
+                    logger.warning("checkpoint storage %s: cannot %s (%s); retrying for up to %g s",
+                                   self.location, what, error, self.options.retry_seconds)
+                time.sleep(delay)
+                delay = min(delay * 2, _MAX_RETRY_DELAY)
+                continue
+            if failures:
+                logger.warning("checkpoint storage %s: %s succeeded after %d retries", self.location, what, failures)
+            return result
+
+    def _create_parent(self, relative: str) -> None:
+        if self._directories:  # object stores have none: creating them only costs requests
+            self.filesystem.create_dir(self._full(relative.rsplit("/", 1)[0]), recursive=True)
 
     # ---- writing -------------------------------------------------------------------------------------------------
 
     def write_bytes(self, relative: str, data: bytes, name: str, shared: bool = False) -> FileEntry:
         def write() -> None:
-            self.filesystem.create_dir(self._full(relative.rsplit("/", 1)[0]), recursive=True)
+            self._create_parent(relative)
             with self.filesystem.open_output_stream(self._full(relative)) as out:
                 out.write(data)
 
@@ -105,8 +158,9 @@ class CheckpointStorage:
         size = 0
 
         def upload() -> None:
-            nonlocal size
-            self.filesystem.create_dir(self._full(relative.rsplit("/", 1)[0]), recursive=True)
+            nonlocal size, digest
+            digest, size = hashlib.sha256(), 0  # a retry starts over
+            self._create_parent(relative)
             with open(local_path, "rb") as source, self.filesystem.open_output_stream(self._full(relative)) as out:
                 while chunk := source.read(_CHUNK):
                     digest.update(chunk)
@@ -134,25 +188,29 @@ class CheckpointStorage:
 
     def read_verified(self, entry: FileEntry, manifest: SnapshotManifest) -> bytes:
         """The file's bytes after checking size and checksum; SnapshotCorruptedError names the file otherwise."""
-        try:
-            with self.filesystem.open_input_stream(self._full(entry.path)) as source:
-                data = source.read()
-        except (FileNotFoundError, OSError) as error:
-            raise self._missing(entry, manifest, error) from error
+        data = self._reading(lambda: self._read_all(entry.path), f"read {entry.path}",
+                             lambda error: self._missing(entry, manifest, error))
         self._check(entry, manifest, len(data), hashlib.sha256(data).hexdigest())
         return data
+
+    def _read_all(self, relative: str) -> bytes:
+        with self.filesystem.open_input_stream(self._full(relative)) as source:
+            return source.read()
 
     def download_verified(self, entry: FileEntry, manifest: SnapshotManifest, local_path: str) -> None:
         digest = hashlib.sha256()
         size = 0
-        try:
+
+        def download() -> None:
+            nonlocal digest, size
+            digest, size = hashlib.sha256(), 0  # a retry starts over
             with self.filesystem.open_input_stream(self._full(entry.path)) as source, open(local_path, "wb") as out:
                 while chunk := source.read(_CHUNK):
                     digest.update(chunk)
                     size += len(chunk)
                     out.write(chunk)
-        except (FileNotFoundError, OSError) as error:
-            raise self._missing(entry, manifest, error) from error
+
+        self._reading(download, f"download {entry.path}", lambda error: self._missing(entry, manifest, error))
         self._check(entry, manifest, size, digest.hexdigest())
 
     def _missing(self, entry: FileEntry, manifest: SnapshotManifest, error: Exception) -> SnapshotCorruptedError:
@@ -177,18 +235,16 @@ class CheckpointStorage:
         scopes = []
         for info in self._list(self._full(f"chk-{int(checkpoint_id)}")):
             if info.type == pafs.FileType.Directory:
-                manifest = self.filesystem.get_file_info(f"{info.path}/{MANIFEST_NAME}")
+                manifest = self._io(lambda: self.filesystem.get_file_info(f"{info.path}/{MANIFEST_NAME}"),
+                                    f"look for {info.path}/{MANIFEST_NAME}")
                 if manifest.type == pafs.FileType.File:
                     scopes.append(info.base_name)
         return sorted(scopes)
 
     def load_manifest(self, checkpoint_id: int, scope: str) -> SnapshotManifest:
         relative = f"{self.checkpoint_dir(checkpoint_id, scope)}/{MANIFEST_NAME}"
-        try:
-            with self.filesystem.open_input_stream(self._full(relative)) as source:
-                data = source.read()
-        except (FileNotFoundError, OSError) as error:
-            raise SnapshotCorruptedError(f"snapshot manifest {relative} in {self.location} is unreadable: {error}")
+        data = self._reading(lambda: self._read_all(relative), f"read {relative}", lambda error: SnapshotCorruptedError(
+            f"snapshot manifest {relative} in {self.location} is unreadable: {error}"))
         manifest = SnapshotManifest.from_bytes(data, f"{relative} in {self.location}")
         manifest.storage = self
         return manifest
@@ -208,7 +264,10 @@ class CheckpointStorage:
             f"{self.checkpoint_dir(cid, scope)}/{MANIFEST_NAME}")]
 
     def _is_file(self, relative: str) -> bool:
-        return self.filesystem.get_file_info(self._full(relative)).type == pafs.FileType.File
+        return self._info(relative).type == pafs.FileType.File
+
+    def _info(self, relative: str) -> pafs.FileInfo:
+        return self._io(lambda: self.filesystem.get_file_info(self._full(relative)), f"look for {relative}")
 
     def _list(self, directory: str) -> list[pafs.FileInfo]:
         selector = pafs.FileSelector(directory, allow_not_found=True)
@@ -257,7 +316,7 @@ class CheckpointStorage:
                     self._delete(path, deleted)
             for path in self.list_files(directory):
                 self._delete(path, deleted)
-            self._io(lambda: self.filesystem.delete_dir(self._full(directory)), f"delete {directory}")
+            self._remove_dir(directory)
             self._delete_if_empty(f"chk-{int(checkpoint_id)}")
         if deleted:
             logger.info("checkpoint retention for scope %s dropped checkpoints %s (%d files)", scope, dropped_ids,
@@ -267,10 +326,16 @@ class CheckpointStorage:
     def _delete_if_empty(self, relative_dir: str) -> None:
         # Only dropped (old) checkpoint ids get here; no writer adds files to them any more.
         if not self._list(self._full(relative_dir)):
-            try:
-                self.filesystem.delete_dir(self._full(relative_dir))
-            except OSError:
-                pass
+            self._remove_dir(relative_dir)
+
+    def _remove_dir(self, relative: str) -> None:
+        """Remove an emptied directory (on object stores: its marker object, if pyarrow left one)."""
+        try:
+            self.filesystem.delete_dir(self._full(relative))
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            logger.warning("could not delete %s: %s", relative, error)
 
     def _delete(self, relative: str, deleted: list[str]) -> None:
         try:
@@ -285,11 +350,8 @@ class CheckpointStorage:
 
     def read_bytes(self, relative: str) -> bytes:
         """A whole file; SnapshotCorruptedError names it when it is missing or unreadable."""
-        try:
-            with self.filesystem.open_input_stream(self._full(relative)) as source:
-                return source.read()
-        except (FileNotFoundError, OSError) as error:
-            raise SnapshotCorruptedError(f"{relative} in {self.location} is missing or unreadable: {error}") from error
+        return self._reading(lambda: self._read_all(relative), f"read {relative}", lambda error: SnapshotCorruptedError(
+            f"{relative} in {self.location} is missing or unreadable: {error}"))
 
     def list_entries(self, relative_dir: str) -> list[tuple[str, bool, Optional[float]]]:
         """``(name, is directory, modification time in epoch seconds or None)`` of the direct children."""
@@ -299,15 +361,12 @@ class CheckpointStorage:
 
     def delete_tree(self, relative: str) -> list[str]:
         """Delete a file or a directory with everything below it; returns the deleted paths (missing: none)."""
-        info = self.filesystem.get_file_info(self._full(relative))
+        info = self._info(relative)
         deleted: list[str] = []
         if info.type == pafs.FileType.Directory:
             for path in self.list_files(relative):
                 self._delete(path, deleted)
-            try:
-                self.filesystem.delete_dir(self._full(relative))
-            except OSError as error:
-                logger.warning("could not delete %s: %s", relative, error)
+            self._remove_dir(relative)
         elif info.type == pafs.FileType.File:
             self._delete(relative, deleted)
         return deleted

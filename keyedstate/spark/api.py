@@ -10,7 +10,7 @@ per key and batch, which caps a 2-core machine near 2,000 keys/s.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -187,6 +187,7 @@ def apply_in_pandas_with_state_args(
     key_group_layout: str = BALANCED,
     state_backend: str = HEAP,
     state_storage: Optional[str] = None,
+    state_storage_options: Optional[Mapping[str, Any]] = None,
     state_local_dir: Optional[str] = None,
     uid: Optional[str] = None,
     rocksdb_options: Optional[RocksDBOptions] = None,
@@ -251,7 +252,7 @@ def group_call(
         grouping = [grouping_column]
         spec_groups = num_key_groups
     rocksdb = resolve_rocksdb_mode(df, function, state_backend, state_storage, state_local_dir, uid, rocksdb_options,
-                                   snapshot_policy)
+                                   snapshot_policy, state_storage_options)
     spec = GroupFunctionSpec(
         runtime_id=uuid.uuid4().hex,
         key_columns=tuple(key_columns),
@@ -294,6 +295,7 @@ def keyed_process(
     key_group_layout: str = BALANCED,
     state_backend: str = HEAP,
     state_storage: Optional[str] = None,
+    state_storage_options: Optional[Mapping[str, Any]] = None,
     state_local_dir: Optional[str] = None,
     uid: Optional[str] = None,
     rocksdb_options: Optional[RocksDBOptions] = None,
@@ -333,7 +335,12 @@ def keyed_process(
     * RocksDB mode only: ``state_storage`` is the durable location (a local path or any ``pyarrow.fs`` URI:
       ``s3://``, ``hdfs://``, ``gs://``; state goes below ``<state_storage>/<query id>/<uid>/``). Default: the local
       directory :func:`keyedstate.spark.rocksdb_mode.default_state_storage` (single machine, ``local[...]`` masters
-      only; a cluster needs storage every executor reaches). ``state_local_dir`` is where executors keep their
+      only; a cluster needs storage every executor reaches). ``state_storage_options`` (a dict) configures it:
+      ``retry_seconds`` (default 60) is how long a read or write is retried while the storage is unreachable
+      before the batch fails; for ``s3://``, credentials and endpoint come from the standard AWS environment
+      (``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, roles, ...) unless given here
+      (``endpoint_url``, ``access_key``, ``secret_key``, ``region``, any ``pyarrow.fs.S3FileSystem`` argument);
+      see docs/operations.md. ``state_local_dir`` is where executors keep their
       local databases (default: ``$KEYEDSTATE_LOCAL_DIR``, else Spark's local dir, else the temp dir). ``uid``
       names the operator's state directories (default: the function's class name): give two keyed_process of the
       same function class in one query different uids. ``rocksdb_options`` tunes RocksDB
@@ -346,7 +353,7 @@ def keyed_process(
         processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
         state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy,
+        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 

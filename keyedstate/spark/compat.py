@@ -14,6 +14,7 @@ __all__ = [
     "PYSPARK_VERSION",
     "current_batch_id",
     "current_query_id",
+    "current_run_id",
     "task_partition_id",
     "task_attempt_number",
     "shuffle_partitions",
@@ -52,6 +53,17 @@ def current_query_id() -> Optional[str]:
     if context is None:
         return None
     return context.getLocalProperty("sql.streaming.queryId") or None
+
+
+def current_run_id() -> Optional[str]:
+    """The id of this run of the streaming query (new at every start; Spark makes it the job group of the
+    query's jobs), or None."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return None
+    return context.getLocalProperty("spark.jobGroup.id") or None
 
 
 def task_partition_id() -> int:

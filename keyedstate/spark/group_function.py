@@ -66,6 +66,7 @@ class GroupFunctionSpec:
     parallelism: int = 1  # spark.sql.shuffle.partitions when the query was defined
     state_backend: str = HEAP
     state_storage: Optional[str] = None  # RocksDB mode: durable storage URI (resolved on the driver)
+    state_storage_options: Any = None  # RocksDB mode: keyedstate.checkpoint.filesystems.StorageOptions
     local_dir: Optional[str] = None  # RocksDB mode: executors' local directory (None: default_local_dir())
     uid: str = "keyed_process"  # RocksDB mode: names the operator's directories
     retain_batches: int = 100  # spark.sql.streaming.minBatchesToRetain
@@ -313,6 +314,7 @@ def _create_store(spec: GroupFunctionSpec, clock: Any) -> KeyGroupStore:
 
     assert spec.state_storage is not None
     return RocksDBKeyGroupStore(
-        spec.num_key_groups, clock, state_storage=spec.state_storage, local_dir=spec.local_dir, uid=spec.uid,
+        spec.num_key_groups, clock, state_storage=spec.state_storage, storage_options=spec.state_storage_options,
+        local_dir=spec.local_dir, uid=spec.uid,
         options=spec.rocksdb_options, policy=spec.snapshot_policy, retain_batches=spec.retain_batches,
     )

@@ -36,12 +36,15 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
+from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.spark.compat import current_query_id, task_partition_id
+from keyedstate.errors import StateStorageConflictError
+from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.spark.key_group_store import ROCKSDB, KeyGroupStore, committed_row
 from keyedstate.spark.local_databases import LocalDatabases
 from keyedstate.spark.open_databases import OpenDatabases, open_databases_of, worker_reuse_enabled
 from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
+from keyedstate.spark.storage_claims import check_single_writer
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
 
@@ -72,11 +75,13 @@ def default_state_storage() -> str:
 class RocksDBKeyGroupStore(KeyGroupStore):
     """One per worker process and query definition; points its backend at one key group's database per call."""
 
-    def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str, local_dir: Optional[str],
+    def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str,
+                 storage_options: Optional[StorageOptions] = None, local_dir: Optional[str],
                  uid: str, options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,
                  retain_batches: int = 100, keep_open: Optional[bool] = None) -> None:
         self.num_key_groups = num_key_groups
         self.state_storage = state_storage
+        self.storage_options = storage_options
         self.uid = uid
         self.policy = policy or SnapshotPolicy()
         self.retain_batches = retain_batches
@@ -100,7 +105,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         storage = self._storages.get(query_id)
         if storage is None:
             location = f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
-            storage = self._storages[query_id] = CheckpointStorage(location)
+            storage = self._storages[query_id] = CheckpointStorage(location, options=self.storage_options)
         return storage
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
@@ -109,7 +114,13 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         local.sweep()
         path = local.path(query_id, self.uid, key_group)
         record = self._committed_record(group_state)
-        versions = KeyGroupVersions(self._storage(query_id), key_group, self.num_key_groups)
+        storage = self._storage(query_id)
+        run_id = current_run_id()
+        if run_id is not None:
+            check_single_writer(storage, run_id, batch_id)
+        if record is not None and record.location and record.location != storage.location:
+            raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
+        versions = KeyGroupVersions(storage, key_group, self.num_key_groups)
         kept = self.open.take(path) if self.open is not None else None
         self._call = (path, record, versions)
         self._saved_tag = None
@@ -210,6 +221,17 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
     def keys_with_state(self) -> int:
         return self.backend.estimate_keys_with_state()
+
+
+def _moved_message(key_group: int, record: VersionRecord, location: str, uid: str) -> str:
+    recorded_uid = record.location.rstrip("/").rsplit("/", 1)[-1]
+    if recorded_uid != uid:
+        what, fix = f"uid={uid!r} but the checkpoint was written with uid={recorded_uid!r}", f"uid={recorded_uid!r}"
+    else:
+        what, fix = "a different state_storage", "the state_storage it was written with"
+    return (f"key group {key_group}'s committed state is in {record.location}, but keyed_process now writes to "
+            f"{location} ({what}); reading one and writing the other would mix two states. Restart with {fix}, or "
+            f"start from a new checkpoint location")
 
 
 def _close_quietly(database: Any) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
+from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotError
 from keyedstate.spark.key_group_store import HEAP, ROCKSDB, STATE_BACKENDS
@@ -17,13 +18,16 @@ _DEFAULT_RETAIN_BATCHES = 100  # Spark's default spark.sql.streaming.minBatchesT
 
 def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_storage: Optional[str],
                          state_local_dir: Optional[str], uid: Optional[str], rocksdb_options: Optional[RocksDBOptions],
-                         snapshot_policy: Optional[SnapshotPolicy]) -> dict[str, Any]:
+                         snapshot_policy: Optional[SnapshotPolicy],
+                         state_storage_options: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """The GroupFunctionSpec fields of the state backend; RocksDB-only options are refused in row mode."""
     if state_backend not in STATE_BACKENDS:
         raise ConfigurationError(f"state_backend must be one of {', '.join(map(repr, STATE_BACKENDS))}, got "
                                  f"{state_backend!r}")
     if state_backend == HEAP:
-        given = [name for name, value in (("state_storage", state_storage), ("state_local_dir", state_local_dir),
+        given = [name for name, value in (("state_storage", state_storage),
+                                          ("state_storage_options", state_storage_options),
+                                          ("state_local_dir", state_local_dir),
                                           ("rocksdb_options", rocksdb_options), ("snapshot_policy", snapshot_policy))
                  if value is not None]
         if given:
@@ -56,12 +60,14 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
         state_storage = default_state_storage()
     if not isinstance(state_storage, str) or not state_storage:
         raise ConfigurationError(f"state_storage must be a path or URI string, got {state_storage!r}")
+    options = StorageOptions.parse(state_storage_options)
     try:
-        CheckpointStorage(state_storage)  # fails now, naming the URI, rather than in every task
+        CheckpointStorage(state_storage, options=options)  # fails now, naming the URI, rather than in every task
     except (SnapshotError, ConfigurationError) as error:
         raise ConfigurationError(f"state_storage {state_storage!r} is not usable: {error}") from error
     retain = int(conf.get("spark.sql.streaming.minBatchesToRetain", str(_DEFAULT_RETAIN_BATCHES)))
     return {
-        "state_backend": ROCKSDB, "state_storage": state_storage, "local_dir": state_local_dir, "uid": uid,
+        "state_backend": ROCKSDB, "state_storage": state_storage, "state_storage_options": options,
+        "local_dir": state_local_dir, "uid": uid,
         "retain_batches": max(1, retain), "rocksdb_options": rocksdb_options, "snapshot_policy": snapshot_policy,
     }

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pickle
 import re
-from typing import Any, Iterator, Optional, Sequence, Union
+from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark.row_format import StateRow
@@ -93,6 +93,7 @@ def read_keyed_state_frame(
     batch_id: Optional[int] = None,
     operator_id: int = 0,
     state_storage: Optional[str] = None,
+    state_storage_options: Optional[Mapping[str, Any]] = None,
 ) -> Any:
     """Every key's state and pending timers of a keyed_process query as of ``batch_id`` (default: the last committed
     batch), as a DataFrame decoded in the executors (layout in this module's docstring).
@@ -101,13 +102,14 @@ def read_keyed_state_frame(
     after the state (and custom serializers decode). ``key_schema``: the key columns as a DDL string or StructType
     (``"user STRING"``; several columns for a tuple key); by default they are inferred from the first key group
     (``key`` for one column, ``key_1``, ``key_2``, ... for tuple keys). ``state_storage`` as in
-    ``read_keyed_state``. Needs Spark 4.0+ (Spark's state data source)."""
+    ``read_keyed_state``, ``state_storage_options`` (credentials and endpoint of ``s3://`` storage) as in
+    ``keyed_process``."""
     from keyedstate.spark.api import _schema
 
     rows = state_rows_frame(spark, checkpoint_location, batch_id=batch_id, operator_id=operator_id)
     descriptors = tuple(descriptors)
     if key_schema is None:
-        key_fields = _inferred_key_fields(rows, descriptors, state_storage)
+        key_fields = _inferred_key_fields(rows, descriptors, state_storage, state_storage_options)
     else:
         key_fields = [(field.name, field.dataType.simpleString()) for field in _schema(key_schema, "key_schema").fields]
     typed = {d.name: column_type for d in descriptors if (column_type := _column_type(d)) is not None}
@@ -122,7 +124,7 @@ def read_keyed_state_frame(
     columns = [*key_fields, ("state", "STRING"), ("value", "BINARY"), *typed.items(), ("timers", _TIMERS_TYPE)]
     ddl = ", ".join(f"`{name}` {kind}" for name, kind in columns)
     key_names = [name for name, _ in key_fields]
-    decode = _Decoder(descriptors, key_names, list(typed), state_storage)
+    decode = _Decoder(descriptors, key_names, list(typed), state_storage, state_storage_options)
     return rows.mapInPandas(decode, ddl)
 
 
@@ -130,11 +132,11 @@ class _Decoder:
     """Runs in the executors: state rows in, one output row per key and state out (a batch per key group)."""
 
     def __init__(self, descriptors: tuple[StateDescriptor, ...], key_names: list[str], typed: list[str],
-                 state_storage: Optional[str]) -> None:
+                 state_storage: Optional[str], state_storage_options: Optional[Mapping[str, Any]]) -> None:
         self.descriptors = descriptors
         self.key_names = key_names
         self.typed = typed
-        self.state_storage = state_storage
+        self.storage = (state_storage, state_storage_options)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd
@@ -151,7 +153,7 @@ class _Decoder:
     def _records(self, row: StateRow) -> Iterator[tuple[Any, ...]]:
         width = len(self.key_names)
         typed = self.typed
-        for key, states in decode_state_row(row, self.descriptors, self.state_storage).items():
+        for key, states in decode_state_row(row, self.descriptors, *self.storage).items():
             key_values = tuple(key) if width > 1 else (key,)
             if len(key_values) != width:
                 raise ConfigurationError(
@@ -169,9 +171,10 @@ class _Decoder:
                     yield (*key_values, name, pickle.dumps(value), *([None] * len(typed)), None)
 
 
-def _inferred_key_fields(rows: Any, descriptors: tuple[StateDescriptor, ...],
-                         state_storage: Optional[str]) -> list[tuple[str, str]]:
-    sample = rows.mapInPandas(_KeySampler(descriptors, state_storage), "key BINARY").limit(1).collect()
+def _inferred_key_fields(rows: Any, descriptors: tuple[StateDescriptor, ...], state_storage: Optional[str],
+                         state_storage_options: Optional[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    sampler = _KeySampler(descriptors, (state_storage, state_storage_options))
+    sample = rows.mapInPandas(sampler, "key BINARY").limit(1).collect()
     if not sample:
         # No state at all: the frame is empty whatever the key columns are.
         return [("key", "STRING")]
@@ -184,9 +187,9 @@ def _inferred_key_fields(rows: Any, descriptors: tuple[StateDescriptor, ...],
 
 
 class _KeySampler:
-    def __init__(self, descriptors: tuple[StateDescriptor, ...], state_storage: Optional[str]) -> None:
+    def __init__(self, descriptors: tuple[StateDescriptor, ...], storage: tuple[Any, Any]) -> None:
         self.descriptors = descriptors
-        self.state_storage = state_storage
+        self.storage = storage
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd
@@ -195,7 +198,7 @@ class _KeySampler:
             for row in batch.itertuples(index=False):
                 if row[0] is None or row[0] != row[0]:
                     continue
-                for key in decode_state_row(StateRow.from_row(row), self.descriptors, self.state_storage):
+                for key in decode_state_row(StateRow.from_row(row), self.descriptors, *self.storage):
                     yield pd.DataFrame({"key": [pickle.dumps(key)]})
                     return
 

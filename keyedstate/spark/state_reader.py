@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
@@ -34,7 +34,8 @@ def _deserializer(metadata: StateMetadata, descriptors: dict[str, StateDescripto
 
 
 def decode_state_row(row: StateRow, descriptors: Sequence[StateDescriptor] = (),
-                     state_storage: Optional[str] = None) -> dict[Any, dict[str, Any]]:
+                     state_storage: Optional[str] = None,
+                     state_storage_options: Optional[Mapping[str, Any]] = None) -> dict[Any, dict[str, Any]]:
     """``{key: {state name: value, "__timers__": [(domain, timestamp), ...]}}`` of one key group's row.
 
     Values are plain Python values (list state as a list, map state as a dict); TTL timestamps are dropped. A
@@ -42,7 +43,8 @@ def decode_state_row(row: StateRow, descriptors: Sequence[StateDescriptor] = (),
     holding the ``kg-NNNNN`` directories) when they were moved.
     """
     if row.format == STATE_ROW_FORMAT_ROCKSDB:
-        return _decode_rocksdb_version(VersionRecord.from_bytes(row.state), row.key_groups, descriptors, state_storage)
+        return _decode_rocksdb_version(VersionRecord.from_bytes(row.state), row.key_groups, descriptors, state_storage,
+                                       state_storage_options)
     states = [(StateMetadata.from_json(metadata), records) for metadata, records in decode_state_payload(row.state)]
     timers: list[tuple[str, Any]] = []
     if row.timers:
@@ -78,14 +80,16 @@ def _assemble(states: Iterable[tuple[StateMetadata, Iterable[tuple[bytes, bytes]
 
 
 def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descriptors: Sequence[StateDescriptor],
-                            state_storage: Optional[str]) -> dict[Any, dict[str, Any]]:
+                            state_storage: Optional[str],
+                            state_storage_options: Optional[Mapping[str, Any]]) -> dict[Any, dict[str, Any]]:
     from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 
     first = record.base or (record.changelogs[0] if record.changelogs else None)
     if first is None:
         return {}
     key_group = int(first.path.split("/", 1)[0][len("kg-"):])
-    versions = KeyGroupVersions(CheckpointStorage(state_storage or record.location), key_group, num_key_groups)
+    storage = CheckpointStorage(state_storage or record.location, options=state_storage_options)
+    versions = KeyGroupVersions(storage, key_group, num_key_groups)
     with tempfile.TemporaryDirectory(prefix="keyedstate-read-") as directory:
         path = os.path.join(directory, "db")
         changelogs = versions.restore(record, path)
@@ -125,16 +129,19 @@ def read_keyed_state(
     batch_id: Optional[int] = None,
     operator_id: int = 0,
     state_storage: Optional[str] = None,
+    state_storage_options: Optional[Mapping[str, Any]] = None,
 ) -> dict[Any, dict[str, Any]]:
     """Every key's state (and pending timers) of a keyed_process query as of ``batch_id`` (default: the last
     committed batch), collected into a dict on the driver: for tests and small state (``read_keyed_state_frame``
     reads any size). Pass the function's descriptors to decode values stored with custom serializers. RocksDB
     mode: the state files are read where the query wrote them; ``state_storage`` overrides that location (the
-    ``<state_storage>/<query id>/<uid>`` directory) when they were moved."""
+    ``<state_storage>/<query id>/<uid>`` directory) when they were moved; ``state_storage_options`` are
+    keyed_process's (credentials and endpoint of ``s3://`` storage)."""
     rows = state_rows_frame(spark, checkpoint_location, batch_id=batch_id, operator_id=operator_id)
     result: dict[Any, dict[str, Any]] = {}
     for state_row in rows.collect():
         if state_row[0] is None:
             continue
-        result.update(decode_state_row(StateRow.from_row(state_row), descriptors, state_storage))
+        result.update(decode_state_row(StateRow.from_row(state_row), descriptors, state_storage,
+                                       state_storage_options))
     return result

@@ -36,6 +36,18 @@ def functions_of_this_module_are_pickled_by_value(request):
     cloudpickle.unregister_pickle_by_value(request.module)
 
 
+@pytest.fixture(scope="session")
+def heap_run(spark, tmp_path_factory):
+    """Output and read-back state of tests/spark/rocksdb_runs.py's workload in row mode, BATCHES batches: what every
+    RocksDB-mode run of it must equal."""
+    from keyedstate.spark import read_keyed_state
+    from tests.spark.rocksdb_runs import BATCHES, output_of, run_batches
+
+    base = tmp_path_factory.mktemp("heap-run")
+    run_batches(spark, base, range(BATCHES), state_backend="heap")
+    return output_of(spark, base), read_keyed_state(spark, str(base / "checkpoint"))
+
+
 @pytest.fixture(params=["heap", "rocksdb"])
 def state_backend(request, tmp_path):
     """keyed_process's state-backend arguments: row mode, or RocksDB mode with its storage and local databases

@@ -8,11 +8,15 @@ Environment: ``PAUSE_BATCH`` and ``PAUSE_AT`` (``element`` | ``timer``) make the
 hang inside that batch on the first attempt only, so the test can kill the job mid-batch at a known point.
 ``FAIL_BATCH`` makes the first attempt of every task of that batch raise after its third element, when it has
 already written state, and runs Spark with task retries (``local[2,3]``), so the retried attempts must start from
-the committed state again.
+the committed state again. ``SPARK_MASTER`` replaces the master (``local-cluster[2,1,1024]``: executors in their own
+JVMs, each with its own local directory, so no local state database is shared; the pause marker then holds the pid of
+the paused task's executor JVM). ``STATE_STORAGE`` and ``STATE_STORAGE_OPTIONS`` (JSON) replace RocksDB mode's
+storage.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -20,6 +24,7 @@ from pathlib import Path
 
 from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
 from keyedstate.spark.compat import current_batch_id
+from tests.spark.local_cluster import executor_jvm_pid, use_private_spark_home
 
 TIMEOUT_MS = 60_000
 SCHEMA = "user STRING, payload STRING, ts TIMESTAMP"
@@ -42,7 +47,7 @@ class CountingWithPause(KeyedProcessFunction):
         marker = Path(self.base) / "paused"
         if os.environ.get("PAUSE_AT") == where and str(current_batch_id()) == os.environ.get("PAUSE_BATCH") \
                 and not marker.exists():
-            marker.write_text(where)
+            marker.write_text(f"{where} {executor_jvm_pid() if 'cluster' in os.environ.get('SPARK_MASTER', '') else 0}")
             time.sleep(600)  # the test kills the whole process group meanwhile
 
     def maybe_fail(self) -> None:
@@ -76,14 +81,21 @@ def main() -> int:
     base, provider = sys.argv[1], sys.argv[2]
     backend = sys.argv[3] if len(sys.argv) > 3 else "heap"
     backend_arguments: dict = {"state_backend": backend}
+    master = os.environ.get("SPARK_MASTER") or ("local[2,3]" if os.environ.get("FAIL_BATCH") else "local[2]")
     if backend == "rocksdb":
-        backend_arguments.update(state_storage=f"{base}/state-storage", state_local_dir=f"{base}/local-rocksdb")
+        backend_arguments.update(state_storage=os.environ.get("STATE_STORAGE", f"{base}/state-storage"))
+        if "STATE_STORAGE_OPTIONS" in os.environ:
+            backend_arguments["state_storage_options"] = json.loads(os.environ["STATE_STORAGE_OPTIONS"])
+        if not master.startswith("local-cluster"):
+            backend_arguments["state_local_dir"] = f"{base}/local-rocksdb"
+    if master.startswith("local-cluster"):
+        use_private_spark_home(Path(base) / "spark-home")
     from pyspark.sql import SparkSession
 
     from keyedstate.spark import keyed_process
 
     spark = (
-        SparkSession.builder.master("local[2,3]" if os.environ.get("FAIL_BATCH") else "local[2]")
+        SparkSession.builder.master(master)
         .appName("exactly-once-job")
         .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
         .config("spark.sql.streaming.stateStore.providerClass", provider)

@@ -1,0 +1,149 @@
+"""Checkpoint storage on a real S3-compatible server (S3Proxy on 127.0.0.1): credentials and endpoint from options or
+the standard AWS environment, RocksDB snapshots through it, and outages ridden out within the retry budget or
+reported naming the location and the option to raise."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from keyedstate import ValueStateDescriptor
+from keyedstate.checkpoint import CheckpointStorage, restore_latest
+from keyedstate.checkpoint.filesystems import StorageOptions
+from keyedstate.checkpoint.manifest import FileEntry
+from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, StorageUnavailableError
+from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
+
+pytestmark = pytest.mark.slow
+
+
+class Where:
+    def describe(self) -> str:
+        return "a test file"
+
+
+def test_storage_options_reach_the_server_and_files_round_trip(s3, tmp_path):
+    storage = CheckpointStorage(f"s3://{s3.bucket}/job/state", options=s3.storage_options())
+    entry = storage.write_bytes("kg-00001/c1.log", b"changes", "c1.log")
+    local = tmp_path / "big.sst"
+    local.write_bytes(bytes(range(256)) * 40_000)  # 10 MB: more than one chunk
+    uploaded = storage.upload_file(str(local), "kg-00001/sst/big.sst", "big.sst", shared=True)
+    assert storage.read_verified(entry, Where()) == b"changes"
+    storage.download_verified(uploaded, Where(), str(tmp_path / "back.sst"))
+    assert (tmp_path / "back.sst").read_bytes() == local.read_bytes()
+    assert storage.list_files() == ["kg-00001/c1.log", "kg-00001/sst/big.sst"]
+    assert {name for name, _, _ in storage.list_entries("kg-00001")} == {"c1.log", "sst"}
+    assert all(mtime is not None for _, is_dir, mtime in storage.list_entries("kg-00001/sst") if not is_dir)
+    storage.delete_tree("kg-00001")
+    assert storage.list_files() == []
+    assert sorted(p.name for p in (s3.data_dir / s3.bucket / "job" / "state").rglob("*") if p.is_file()) == []
+
+
+def test_credentials_and_endpoint_come_from_the_standard_aws_environment(s3, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.storage_options()["access_key"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.storage_options()["secret_key"])
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    storage = CheckpointStorage(f"s3://{s3.bucket}/from-env")
+    storage.write_bytes("a/b.txt", b"x", "b.txt")
+    assert (s3.data_dir / s3.bucket / "from-env" / "a" / "b.txt").read_bytes() == b"x"
+
+
+def test_wrong_credentials_fail_naming_the_location(s3):
+    with pytest.raises(Exception) as failure:
+        CheckpointStorage(f"s3://{s3.bucket}/x", options=s3.storage_options(secret_key="wrong", retry_seconds=0))
+    assert f"s3://{s3.bucket}/x" in str(failure.value)
+
+
+def test_unknown_or_malformed_options_are_refused():
+    with pytest.raises(ConfigurationError, match="unknown state_storage_options \\['endpoint'\\]"):
+        CheckpointStorage("s3://bucket/x", options={"endpoint": "http://localhost:9000"})
+    with pytest.raises(ConfigurationError, match="retry_seconds'\\] must be a number >= 0"):
+        CheckpointStorage("s3://bucket/x", options={"retry_seconds": "long"})
+    with pytest.raises(ConfigurationError, match="endpoint_url'\\] must look like http://host:port"):
+        CheckpointStorage("s3://bucket/x", options={"endpoint_url": "ftp://localhost"})
+
+
+def test_a_rocksdb_snapshot_goes_to_s3_and_restores_from_it(s3, tmp_path):
+    location = f"s3://{s3.bucket}/harness"
+    backend = RocksDBKeyedStateBackend(str(tmp_path / "db1"), max_parallelism=8,
+                                       checkpoint_storage=CheckpointStorage(location, options=s3.storage_options()))
+    count = backend.get_or_create_state(ValueStateDescriptor("count", int))
+    for key in range(200):
+        backend.set_current_key(f"k{key}")
+        count.update(key)
+    backend.snapshot(checkpoint_id=1)
+    backend.close()
+    restored = RocksDBKeyedStateBackend(str(tmp_path / "db2"), max_parallelism=8,
+                                        checkpoint_storage=CheckpointStorage(location, options=s3.storage_options()))
+    assert restore_latest(restored) is not None
+    count = restored.get_or_create_state(ValueStateDescriptor("count", int))
+    restored.set_current_key("k123")
+    assert count.value() == 123
+    restored.close()
+
+
+def restart_after(server, seconds: float) -> threading.Thread:
+    def restart():
+        time.sleep(seconds)
+        server.start()
+
+    thread = threading.Thread(target=restart)
+    thread.start()
+    return thread
+
+
+def test_an_outage_shorter_than_the_retry_budget_only_delays_writes_and_reads(s3, caplog):
+    storage = CheckpointStorage(f"s3://{s3.bucket}/outage", options=s3.storage_options(retry_seconds=30))
+    entry = storage.write_bytes("kg-00000/before.log", b"before", "before.log")
+    s3.kill()
+    restarting = restart_after(s3, 4)
+    started = time.monotonic()
+    written = storage.write_bytes("kg-00000/during.log", b"during", "during.log")
+    assert time.monotonic() - started >= 3  # it waited for the server
+    assert storage.read_verified(entry, Where()) == b"before"
+    assert storage.read_verified(written, Where()) == b"during"
+    restarting.join()
+    assert any("retrying for up to 30 s" in message for message in caplog.messages)
+
+
+def test_an_outage_longer_than_the_budget_fails_naming_the_location_and_the_option(s3):
+    location = f"s3://{s3.bucket}/long-outage"
+    storage = CheckpointStorage(location, options=s3.storage_options(retry_seconds=2))
+    entry = storage.write_bytes("kg-00000/a.log", b"a", "a.log")
+    s3.kill()
+    with pytest.raises(StorageUnavailableError) as failure:
+        storage.write_bytes("kg-00000/b.log", b"b", "b.log")
+    message = str(failure.value)
+    assert location in message and "retrying for 2 s" in message and "state_storage_options['retry_seconds']" in message
+    # a read that cannot reach the store is an outage, never mistaken for a damaged snapshot
+    with pytest.raises(StorageUnavailableError):
+        storage.read_verified(entry, Where())
+    s3.start()
+    with pytest.raises(SnapshotCorruptedError, match="missing or unreadable"):
+        storage.read_verified(FileEntry("kg-00000/gone.log", "gone.log", 1, "00"), Where())
+
+
+def test_the_options_never_show_their_secrets():
+    options = StorageOptions.parse({"access_key": "AKIA1", "secret_key": "hunter2", "session_token": "tok3n",
+                                    "endpoint_url": "http://127.0.0.1:9000"})
+    assert "hunter2" not in repr(options) and "tok3n" not in repr(options)
+    assert "endpoint_override='127.0.0.1:9000'" in repr(options) and "scheme='http'" in repr(options)
+
+
+def test_retention_on_s3_deletes_dropped_snapshots_and_leaves_no_objects_behind(s3, tmp_path):
+    storage = CheckpointStorage(f"s3://{s3.bucket}/retained", retained_checkpoints=2, options=s3.storage_options())
+    backend = RocksDBKeyedStateBackend(str(tmp_path / "db"), max_parallelism=8, checkpoint_storage=storage)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", int))
+    for checkpoint_id in range(1, 6):
+        for key in range(50):
+            backend.set_current_key(f"k{key}")
+            count.update(key * checkpoint_id)
+        backend.snapshot(checkpoint_id=checkpoint_id)
+    backend.close()
+    assert storage.checkpoint_ids_of_scope("kg-0-7") == [4, 5]
+    on_disk = {p.relative_to(s3.data_dir / s3.bucket / "retained").parts[0]
+               for p in (s3.data_dir / s3.bucket / "retained").rglob("*") if p.is_file()}
+    assert on_disk == {"chk-4", "chk-5", "shared"}
