@@ -45,6 +45,7 @@ _EXPORTS = {
     "KafkaSinkOptions": "sink_options",
     "parse_sink_options": "sink_options",
     "KafkaStreamWriter": "sink",
+    "KafkaBatchWriter": "sink",
     "KafkaSinkCommitMessage": "sink_writer",
     "KafkaOffsetCommitListener": "listener",
     "attach_commit_listener": "listener",
@@ -77,6 +78,7 @@ __all__ = [
     "NoCommittedOffsetError",
     "KafkaRequestError",
     "KafkaStreamWriter",
+    "KafkaBatchWriter",
     "KafkaSinkCommitMessage",
     "KafkaSinkOptions",
     "parse_sink_options",
@@ -104,7 +106,7 @@ if TYPE_CHECKING:
     )
     from connectors.kafka.listener import KafkaOffsetCommitListener, attach_commit_listener
     from connectors.kafka.options import KafkaOptions, parse_options
-    from connectors.kafka.sink import KafkaStreamWriter
+    from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
     from connectors.kafka.sink_options import KafkaSinkOptions, parse_sink_options
     from connectors.kafka.sink_writer import KafkaSinkCommitMessage
     from connectors.kafka.source import FORMAT_NAME, SCHEMA, KafkaSource, KafkaStreamReader

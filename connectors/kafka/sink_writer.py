@@ -59,8 +59,10 @@ class KafkaSinkCommitMessage(WriterCommitMessage):
     already_written: bool = False
 
 
-def current_task() -> SinkTask:
-    """The running Spark task's query id, batch id and partition (Spark sets them as task-local properties)."""
+def current_task(allow_batch: bool = False) -> SinkTask:
+    """The running Spark task's query id, batch id and partition. Spark sets the first two as task-local properties
+    for the jobs of a micro-batch, ``foreachBatch`` included; ``allow_batch`` accepts a task outside any streaming
+    query (batch id -1)."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -69,7 +71,12 @@ def current_task() -> SinkTask:
     batch = ctx.getLocalProperty("streaming.sql.batchId")
     query = ctx.getLocalProperty("sql.streaming.queryId")
     if batch is None or query is None:
-        raise KafkaConnectorError("the keyedstate-kafka sink only supports streaming writes (writeStream)")
+        if allow_batch:
+            return SinkTask(query_id="batch", batch_id=-1, partition_id=ctx.partitionId(),
+                            attempt=ctx.attemptNumber())
+        raise KafkaConnectorError(
+            "deliveryGuarantee=exactly_once needs a streaming query's batch id: use df.writeStream, or df.write "
+            "inside foreachBatch; for other batch writes set deliveryGuarantee=at_least_once")
     return SinkTask(query_id=query, batch_id=int(batch), partition_id=ctx.partitionId(), attempt=ctx.attemptNumber())
 
 

@@ -33,7 +33,7 @@ from connectors.kafka.partition import KafkaInputPartition
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from connectors.kafka.sink import KafkaStreamWriter
+    from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
 
 # Spark unpickles this module in several short-lived Python processes per query (option validation, read planning,
 # the stream-reader process, executor workers), and each start-up is part of every query's latency. So the
@@ -83,10 +83,17 @@ class KafkaSource(DataSource):
         return KafkaStreamReader(self.kafka_options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> "KafkaStreamWriter":
-        from connectors.kafka.sink import KafkaStreamWriter
+        from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
         from connectors.kafka.sink_options import parse_sink_options
 
         return KafkaStreamWriter(parse_sink_options(dict(self.options)), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> "KafkaBatchWriter":
+        """``df.write.format("keyedstate-kafka")``, meant for ``foreachBatch`` (see :class:`KafkaBatchWriter`)."""
+        from connectors.kafka.sink import KafkaBatchWriter
+        from connectors.kafka.sink_options import parse_sink_options
+
+        return KafkaBatchWriter(parse_sink_options(dict(self.options)), schema)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -122,3 +122,31 @@ def test_writing_to_a_missing_topic_names_it(kafka_broker):
     batch = pa.record_batch({"value": pa.array([b"v"]), "topic": pa.array([missing])})
     with pytest.raises(UnknownTopicError, match=missing):
         write_task(opts, iter([batch]), SinkTask("q", 0, 0))
+
+
+def test_a_broker_restart_during_a_write_leaves_the_batch_exactly_once(kafka_broker):
+    """The broker is killed and restarted while a task is producing into its transaction: the task either rides it
+    out or fails with one of our errors, and the retried attempt (as Spark would run it) keeps the output exactly
+    once. Runs last in this module: it restarts the session's broker."""
+    from connectors.kafka.errors import KafkaConnectorError
+
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 2)
+    opts = _options(bs, topic, brokerRetryTimeoutMs="60000", requestTimeoutMs="5000")
+    values = [f"v{i}" for i in range(200)]
+
+    def rows_with_restart():
+        yield from _rows(values[:100])
+        kafka_broker.stop_node(0, kill=True)
+        kafka_broker.start_node(0)
+        yield from _rows(values[100:])
+
+    try:
+        first = write_task(opts, rows_with_restart(), SinkTask("q", 0, 0))
+        assert first.records == 200
+    except KafkaConnectorError as exc:  # a clear error is acceptable; then Spark retries the task
+        print(f"first attempt failed: {type(exc).__name__}: {exc}")
+        write_task(opts, iter(_rows(values)), SinkTask("q", 0, 0, attempt=1))
+    retried = write_task(opts, iter(_rows(values)), SinkTask("q", 0, 0, attempt=2))
+    assert retried.already_written
+    assert _values(bs, topic) == sorted(values)
