@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.options import bool_option, int_option
@@ -75,7 +75,9 @@ class KafkaSinkOptions:
         partition's progress-marker consumer group too."""
         return f"{self.transactional_id_prefix}-{query_id}-{partition_id}"
 
-    def producer_config(self, transactional_id: Optional[str] = None) -> dict:
+    def producer_config(self, transactional_id: Optional[str] = None,
+                        on_delivery_error: Optional[Callable] = None) -> dict:
+        """librdkafka producer configuration; ``on_delivery_error(err, msg)`` is called for failed records only."""
         conf: dict = {
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": "keyedstate-kafka-sink",
@@ -95,6 +97,10 @@ class KafkaSinkOptions:
         if transactional_id is not None:
             budget = min(budget, self.transaction_timeout_ms)
         conf.setdefault("message.timeout.ms", str(max(budget, 1)))
+        if on_delivery_error is not None:
+            # Only failures call back into Python: a callback per delivered record costs more than producing it.
+            conf["on_delivery"] = on_delivery_error
+            conf["delivery.report.only.error"] = True
         conf["logger"] = logging.getLogger("keyedstate.connectors.kafka.librdkafka.sink")
         conf.setdefault("log.connection.close", "false")
         return conf

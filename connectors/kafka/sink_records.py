@@ -68,10 +68,10 @@ def _column(batch: "pa.RecordBatch", name: str) -> Optional[list]:
 
 
 def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic: Optional[str],
-                    on_delivery: Callable, check_topic: Callable[[str], None]) -> int:
+                    check_topic: Callable[[str], None]) -> int:
     """Produce every row of ``batches``; return how many. ``check_topic(t)`` runs once per distinct topic before
     the first record for it (librdkafka would otherwise wait ``topic.metadata.propagation.max.ms`` to report an
-    unknown topic)."""
+    unknown topic). Delivery reports go to the producer's configured ``on_delivery`` (failures only)."""
     produce, poll = producer.produce, producer.poll
     checked: set[str] = set()
     if default_topic is not None:
@@ -91,9 +91,9 @@ def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic
             # The common case, kept free of per-record branches.
             for key, value in zip(keys, values):
                 try:
-                    produce(default_topic, value, key, on_delivery=on_delivery)
+                    produce(default_topic, value, key)
                 except BufferError:
-                    _wait_for_space(producer, lambda: produce(default_topic, value, key, on_delivery=on_delivery))
+                    _wait_for_space(producer, lambda: produce(default_topic, value, key))
                 count += 1
                 if count % POLL_EVERY == 0:
                     poll(0)
@@ -106,7 +106,7 @@ def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic
             if topic not in checked:
                 check_topic(topic)
                 checked.add(topic)
-            kwargs: dict = {"on_delivery": on_delivery}
+            kwargs: dict = {}
             if partitions is not None and partitions[i] is not None:
                 kwargs["partition"] = partitions[i]
             if headers is not None and headers[i]:

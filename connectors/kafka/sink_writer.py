@@ -137,10 +137,10 @@ def _raise_delivery_error(deliveries: _Deliveries, opts: KafkaSinkOptions, cause
 def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator["pa.RecordBatch"]
                          ) -> KafkaSinkCommitMessage:
     budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
-    producer = Producer(opts.producer_config())
     deliveries = _Deliveries()
+    producer = Producer(opts.producer_config(on_delivery_error=deliveries))
     try:
-        count = produce_batches(producer, rows, opts.topic, deliveries, _topic_checker(producer, opts, budget))
+        count = produce_batches(producer, rows, opts.topic, _topic_checker(producer, opts, budget))
         # message.timeout.ms bounds every record's delivery, so this returns; the margin covers the last reports.
         remaining = producer.flush(opts.broker_retry_timeout_ms / 1000 + 30)
         _raise_delivery_error(deliveries, opts, None)
@@ -179,7 +179,7 @@ class _TransactionalWrite:
         self.deliveries = _Deliveries()
 
     def run(self, rows: Iterator["pa.RecordBatch"]) -> KafkaSinkCommitMessage:
-        producer = Producer(self.opts.producer_config(self.transactional_id))
+        producer = Producer(self.opts.producer_config(self.transactional_id, on_delivery_error=self.deliveries))
         marker = Consumer(self.opts.marker_consumer_config(self.transactional_id))
         try:
             self._retry(lambda: producer.init_transactions(self.timeout_s), "writing (initialising transactions)")
@@ -218,8 +218,7 @@ class _TransactionalWrite:
         started = time.monotonic()
         producer.begin_transaction()
         try:
-            count = produce_batches(producer, rows, self.opts.topic, self.deliveries,
-                                    _topic_checker(producer, self.opts, self.budget))
+            count = produce_batches(producer, rows, self.opts.topic, _topic_checker(producer, self.opts, self.budget))
             progress = [TopicPartition(self.opts.progress_topic, 0, self.task.batch_id + 1)]
             self._retry_in_transaction(
                 lambda: producer.send_offsets_to_transaction(progress, marker.consumer_group_metadata(),

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from kafka_helpers import create_topic, read_committed, unique
 
-from connectors.kafka.errors import ProducerFencedError, UnknownTopicError
+from connectors.kafka.errors import ProducerFencedError, RecordTooLargeError, UnknownTopicError
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
 
@@ -111,6 +111,18 @@ def test_a_transaction_left_open_by_a_crashed_attempt_is_aborted_by_the_next_att
 
     assert write_task(opts, iter(_rows(["complete"])), SinkTask("q", 0, 0, attempt=1)).records == 1
     assert _values(bs, topic) == ["complete"]  # the reader reached the end: nothing left open
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_record_the_broker_rejects_as_too_large_fails_with_record_too_large(kafka_broker, guarantee):
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 1, config={"max.message.bytes": "2000"})
+    extra = {"deliveryGuarantee": guarantee}
+    opts = _options(bs, topic, **extra) if guarantee == "exactly_once" else parse_sink_options(
+        {"kafka.bootstrap.servers": bs, "topic": topic, **extra})
+    with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
+        write_task(opts, iter(_rows(["x" * 5000])), SinkTask("q", 0, 0))
+    assert _values(bs, topic) == []
 
 
 def test_writing_to_a_missing_topic_names_it(kafka_broker):
