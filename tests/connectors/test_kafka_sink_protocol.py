@@ -9,7 +9,12 @@ import pyarrow as pa
 import pytest
 from kafka_helpers import create_topic, read_committed, unique
 
-from connectors.kafka.errors import ProducerFencedError, RecordTooLargeError, UnknownTopicError
+from connectors.kafka.errors import (
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransactionTimeoutError,
+    UnknownTopicError,
+)
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
 
@@ -123,6 +128,34 @@ def test_a_record_the_broker_rejects_as_too_large_fails_with_record_too_large(ka
     with pytest.raises(RecordTooLargeError, match="max.message.bytes"):
         write_task(opts, iter(_rows(["x" * 5000])), SinkTask("q", 0, 0))
     assert _values(bs, topic) == []
+
+
+def test_a_transaction_timeout_above_the_brokers_limit_is_rejected_clearly(kafka_broker):
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 1)
+    opts = _options(bs, topic, **{"kafka.transaction.timeout.ms": "1000000"})  # brokers allow 900000 by default
+    with pytest.raises(TransactionTimeoutError, match="transaction.max.timeout.ms"):
+        write_task(opts, iter(_rows(["v"])), SinkTask("q", 0, 0))
+
+
+def test_a_write_outliving_the_transaction_timeout_fails_with_the_option_named(kafka_broker):
+    import time
+
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 1)
+    opts = _options(bs, topic, **{"kafka.transaction.timeout.ms": "1000"})
+
+    def slow_rows():
+        yield from _rows(["early"])
+        time.sleep(12)  # the coordinator aborts timed-out transactions on a 10 s sweep
+        yield from _rows(["late"])
+
+    with pytest.raises(TransactionTimeoutError, match="kafka.transaction.timeout.ms=1000"):
+        write_task(opts, slow_rows(), SinkTask("q", 0, 0))
+    assert _values(bs, topic) == []
+    # the retry (a new attempt, same transactional id) writes the batch
+    assert write_task(opts, iter(_rows(["early", "late"])), SinkTask("q", 0, 0, attempt=1)).records == 2
+    assert _values(bs, topic) == ["early", "late"]
 
 
 def test_writing_to_a_missing_topic_names_it(kafka_broker):
