@@ -21,10 +21,11 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 APP = Path(__file__).with_name("kafka_sink_driver_app.py")
 ROOT = Path(__file__).resolve().parents[2]
 USERS = 7
-RECORDS = 240  # 5 batches of at most kafka_sink_driver_app.RECORDS_PER_BATCH (the split rounds down)
+FIRST_RECORDS = 240  # produced at the start: 5 batches of at most 60 (kafka_sink_driver_app.RECORDS_PER_BATCH)
+RECORDS = 360  # the rest is produced before the last run, so that run surely has records to write
 
 
-def _produce_input(bootstrap: str, topic: str) -> None:
+def _produce_input(bootstrap: str, topic: str, start: int, end: int) -> None:
     """Record i: key u<i % 7>, value i, on partition (i % 7) % 2, timestamps increasing with i (so each user's
     records reach the function in order and its running count is deterministic). The timestamps start now: older
     ones would let time-based retention delete the records before the query reads them."""
@@ -34,7 +35,7 @@ def _produce_input(bootstrap: str, topic: str) -> None:
 
     start_ms = int(time.time() * 1000)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": "true", "linger.ms": 5})
-    for i in range(RECORDS):
+    for i in range(start, end):
         user = i % USERS
         producer.produce(topic, key=f"u{user}".encode(), value=str(i).encode(), partition=user % 2,
                          timestamp=start_ms + i)
@@ -86,7 +87,7 @@ def _values(bootstrap: str, topic: str) -> list[str]:
 def test_sigkill_at_three_points_and_a_failed_task_still_write_every_record_exactly_once(kafka_broker, tmp_path):
     bs = kafka_broker.bootstrap
     source, out = create_topic(bs, 2), create_topic(bs, 2)
-    _produce_input(bs, source)
+    _produce_input(bs, source, 0, FIRST_RECORDS)
     ckpt, markers = tmp_path / "ckpt", tmp_path / "markers"
     markers.mkdir()
     args = [bs, source, out, unique("crash"), str(ckpt), str(markers)]
@@ -110,6 +111,7 @@ def test_sigkill_at_three_points_and_a_failed_task_still_write_every_record_exac
                "batch 3 in the commit log")
 
     # 4. the rest, with the first partition-0 task failing after its transaction committed; Spark retries it
+    _produce_input(bs, source, FIRST_RECORDS, RECORDS)
     proc = _start(args, "finish-with-task-failure", tmp_path / "run4.log")
     try:
         assert proc.wait(300) == 0, (tmp_path / "run4.log").read_text()[-3000:]
