@@ -100,3 +100,15 @@ def test_a_record_above_the_size_limit_fails_with_record_too_large_and_nothing_i
         _run(big, tmp_path / "ckpt", **{"kafka.bootstrap.servers": bs, "topic": out,
                                         "transactionalIdPrefix": unique("p"), "kafka.message.max.bytes": "10000"})
     assert read_committed(bs, out) == []  # the batch's transaction was aborted: none of its records is visible
+
+
+def test_batch_writes_outside_a_streaming_query_work_at_least_once_and_refuse_exactly_once(spark, kafka_broker):
+    bs = kafka_broker.bootstrap
+    out = create_topic(bs, 1)
+    rows = spark.createDataFrame([("k", "v1"), ("k", "v2")], "key string, value string")
+    rows.write.format(FORMAT_NAME).options(**{"kafka.bootstrap.servers": bs, "topic": out,
+                                              "deliveryGuarantee": "at_least_once"}).mode("append").save()
+    assert sorted(v for _, _, v, _ in read_committed(bs, out)) == [b"v1", b"v2"]
+    with pytest.raises(Exception, match="exactly_once needs a streaming query's batch id"):
+        rows.write.format(FORMAT_NAME).options(**{"kafka.bootstrap.servers": bs, "topic": out,
+                                                  "transactionalIdPrefix": unique("p")}).mode("append").save()
