@@ -79,12 +79,28 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float =
     while True:
         metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
         if metadata is not None and metadata.error is None and metadata.partitions and all(
-                p.leader >= 0 for p in metadata.partitions.values()):
+                p.leader >= 0 for p in metadata.partitions.values()) and _answers(admin, topic, metadata.partitions):
             return len(metadata.partitions)
         if time.monotonic() > deadline:
             raise BrokersUnavailableError(f"topic {topic!r} on {bootstrap} has no leader for every partition after "
                                           f"{timeout_s:.0f} s")
         time.sleep(0.2)
+
+
+def _answers(admin: Any, topic: str, partitions: Any) -> bool:
+    """Every partition's leader answers an offset request (a new topic's leaders appear in metadata a moment
+    before they take requests)."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    try:
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                                     request_timeout=10)
+        for future in futures.values():
+            future.result(timeout=15)
+        return True
+    except KafkaException:
+        return False
 
 
 class WaveProducer:
@@ -221,12 +237,12 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
     # Before Spark starts: a missing broker must fail in seconds, not after the source's retry budget.
     check_broker(bootstrap)
     partitions = ensure_topic(bootstrap, topic, args.partitions)
+    alert_partitions = ensure_topic(bootstrap, args.alerts_topic, args.partitions)
     tps = [(topic, p) for p in range(partitions)]
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "group.id": args.group_id,
                "brokerRetryTimeoutMs": "30000"}
-    report = OffsetReport(options, tps)
-    alert_sink = AlertSink(bootstrap, args.alerts_topic, report.client,
-                           ensure_topic(bootstrap, args.alerts_topic, args.partitions))
+    report = OffsetReport(options, tps)  # after creating the topics: its client's metadata then has their leaders
+    alert_sink = AlertSink(bootstrap, args.alerts_topic, report.client, alert_partitions)
     # Start at the current end so a topic holding earlier runs' records yields exactly this run's waves.
     options["startingOffsets"] = json.dumps(to_offset_json(report.client.list_offsets(tps, "latest")))
     waves = generate_batches(args.batches, args.per_batch, args.accounts, args.seed)
