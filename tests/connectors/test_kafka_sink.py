@@ -4,7 +4,7 @@ columns of Spark's Kafka sink, and failures that name their cause."""
 from __future__ import annotations
 
 import pytest
-from kafka_helpers import create_topic, produce, read_committed, unique
+from kafka_helpers import committed_offsets, create_topic, produce, read_committed, unique
 
 from connectors.kafka import FORMAT_NAME
 
@@ -17,7 +17,8 @@ def _input(spark, bootstrap: str, topic: str):
                         "commitOffsets": "false", "maxOffsetsPerTrigger": "120"}).load())
 
 
-def _run(df, checkpoint, **options: str) -> None:
+def _run(df, checkpoint, **options: str) -> str:
+    """Run the query to the end (Trigger.AvailableNow); return its id."""
     query = (df.writeStream.format(FORMAT_NAME).options(**options).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())
     try:
@@ -26,6 +27,7 @@ def _run(df, checkpoint, **options: str) -> None:
         raise RuntimeError(str(exc)) from None
     finally:
         query.stop()
+    return query.id
 
 
 def test_exactly_once_writes_each_row_once_with_keys_and_headers_and_records_progress(spark, kafka_broker, tmp_path):
@@ -33,7 +35,7 @@ def test_exactly_once_writes_each_row_once_with_keys_and_headers_and_records_pro
     source, out = create_topic(bs, 2), create_topic(bs, 3)
     produce(bs, source, 300, 2, headers=True)
     prefix = unique("alerts")
-    _run(_input(spark, bs, source).selectExpr("key", "concat('out-', cast(value as string)) as value", "headers"),
+    query_id = _run(_input(spark, bs, source).selectExpr("key", "concat('out-', cast(value as string)) as value", "headers"),
          tmp_path / "ckpt", **{"kafka.bootstrap.servers": bs, "topic": out, "transactionalIdPrefix": prefix})
 
     records = read_committed(bs, out)
@@ -45,6 +47,10 @@ def test_exactly_once_writes_each_row_once_with_keys_and_headers_and_records_pro
     partition_of = {}
     for p, key, _, _ in records:
         assert partition_of.setdefault(key, p) == p
+    # each write partition's progress marker (one group per partition, on partition 0 of the topic) says it wrote
+    # batches 0-2 (300 records, 120 per trigger)
+    for write_partition in (0, 1):
+        assert committed_offsets(bs, f"{prefix}-{query_id}-{write_partition}", out, 1) == {0: 3}
 
 
 def test_at_least_once_writes_to_the_topic_and_partition_columns(spark, kafka_broker, tmp_path):
