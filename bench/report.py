@@ -97,6 +97,19 @@ def targets(run: dict) -> list[dict]:
         text = ("Kafka source vs raw confluent-kafka loop (records/s through Spark)" if other == "raw loop" else
                 "Kafka source vs Spark's built-in source (records/s through Spark)")
         out.append(_ratio_target("6", text, value, threshold, WHY["kafka"], detail, f"Kafka source / {short}"))
+    sink = _bench(run, "kafka_sink", "test_kafka_sinks_interleaved")
+    sink_ratios = (sink or {}).get("extra_info", {}).get("ratios", {})
+    for key, threshold, text, short in (
+            ("exactly_once vs built-in [records/s]", 0.7, "Kafka sink exactly-once vs Spark's built-in Kafka sink "
+             "(records/s through Spark)", "EO sink / built-in sink"),
+            ("at_least_once vs built-in [records/s]", 1.0, "Kafka sink at-least-once vs Spark's built-in Kafka sink "
+             "(records/s through Spark)", "ALO sink / built-in sink")):
+        r = sink_ratios.get(key)
+        out.append(_ratio_target("19", text, r and r["median"], threshold, WHY["kafka_sink"],
+                                 r and "median of interleaved rounds", short))
+    cost = sink_ratios.get("exactly_once vs at_least_once [records/s]")
+    out.append(_report_target("19", "cost of exactly-once in the Kafka sink (exactly-once / at-least-once records/s)",
+                              cost and f"{cost['median']:.2f}x (median of interleaved rounds)"))
     rounds = S.count_rounds(run["spark"])
     ratios = S.target_ratios(rounds)
     size = S.target_size(rounds)

@@ -14,6 +14,10 @@ WHY = {
              "four-batch variant adds Spark's fixed cost per micro-batch and each read task's first fetch. A miss "
              "of a few percent is within the machine's drift even with interleaved rounds (see the per-round ratios "
              "in the Kafka section); a larger one means the reader's cost per record or per task grew.",
+    "kafka_sink": "The sink hands every record to librdkafka through one Python produce() call (the built-in sink "
+                  "runs the Java producer inside the JVM, with no Python worker and no Arrow transfer); exactly-once "
+                  "adds a fixed transactional round trip per write task (init_transactions, the progress marker, "
+                  "the commit). The per-round rows of bench/test_kafka_sink_bench.py show both.",
     "tws": "Both run Python per key; the margin depends on machine load (rounds run minutes apart, the load at "
            "the start of every round is in the Spark tables), so a narrow miss is within the run-to-run noise.",
     "per_key": "The per-key function pays Spark's per-group overhead once per key; keyed_process pays it once "

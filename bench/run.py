@@ -41,6 +41,7 @@ SUITES = {
     "timers": ("bench/test_timers_bench.py", 2.5),
     "harness": ("bench/test_harness_bench.py", 1.5),
     "kafka": ("bench/test_kafka_source.py", 4),
+    "kafka_sink": ("bench/test_kafka_sink_bench.py", 5),
     "spark": ("bench/test_spark_bench.py", 27),
     "large_state": ("bench/test_large_state_bench.py", 22),
 }
@@ -65,6 +66,7 @@ PROFILES = {
         "SPARK_BENCH_FLINK_SIZES": "smoke",
         "KEYEDSTATE_BENCH_SMOKE": "1",
         "KEYEDSTATE_KAFKA_BENCH_RECORDS": "20000",
+        "KEYEDSTATE_KAFKA_SINK_BENCH_RECORDS": "20000",
         "LARGE_STATE_BENCH_SIZES": "smoke",
         "LARGE_STATE_BENCH_TWS_SIZES": "smoke",
         "LARGE_STATE_BENCH_BATCHES": "3",

@@ -5,8 +5,9 @@ one file per micro-batch, and prints per-batch progress (rows, active keys, time
 size, batch duration) and the alerts.
 
 With ``--kafka`` (`make demo-kafka`) the same transactions are produced into a Kafka topic on a running broker
-(`make broker`) in waves and read with the ``keyedstate-kafka`` source; every batch also prints the consumer group's
-committed offset, end offset and lag per partition (see ``examples/demo_kafka.py``).
+(`make broker`) in waves and read with the ``keyedstate-kafka`` source, and the alerts are written to another topic
+by the ``keyedstate-kafka`` sink, exactly once; every batch also prints how many alerts the sink committed and the
+consumer group's committed offset, end offset and lag per partition (see ``examples/demo_kafka.py``).
 """
 
 from __future__ import annotations
@@ -87,13 +88,17 @@ class Progress:
         self.batches: dict[int, dict[str, Any]] = {}
         self.alerts: list[tuple[str, str, float, int]] = []
 
-    def on_batch(self, output, batch_id: int) -> None:
+    def on_batch(self, output, batch_id: int, write_alerts: Optional[Callable[[Any, int, int], None]] = None) -> None:
+        """Collect the batch's metrics and alerts; ``write_alerts(alerts_frame, count, batch_id)`` also gets the
+        alerts while the output is cached (evaluating it again would run keyed_process twice)."""
         from keyedstate.spark import METRICS_TAG, main_output, side_output
 
         output.persist()
         metrics = side_output(output, METRICS_TAG).groupBy().sum(
             "elements", "timers_fired", "keys_with_state", "pending_timers", "state_bytes").collect()[0]
         alerts = main_output(output, ALERT_SCHEMA).orderBy("event_time_ms").collect()
+        if write_alerts is not None:
+            write_alerts(main_output(output, ALERT_SCHEMA), len(alerts), batch_id)
         output.unpersist()
         self.alerts.extend((a.account_id, a.rule, a.amount, a.event_time_ms) for a in alerts)
         self.batches[batch_id] = {"metrics": [m or 0 for m in metrics], "alerts": alerts}
@@ -171,6 +176,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        "%(default)s)")
     kafka.add_argument("--partitions", type=int, default=4, help="partitions of a newly created topic")
     kafka.add_argument("--group-id", default="keyedstate-demo", help="consumer group the query commits to")
+    kafka.add_argument("--alerts-topic", default="keyedstate-demo-alerts", help="where the keyedstate-kafka sink "
+                       "writes the alerts, exactly once (created if missing; default: %(default)s)")
     return parser.parse_args(argv)
 
 

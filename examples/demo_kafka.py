@@ -1,9 +1,13 @@
-"""`make demo-kafka`: the demo's transactions go through a Kafka topic and the ``keyedstate-kafka`` source.
+"""`make demo-kafka`: the demo's transactions go through a Kafka topic and the ``keyedstate-kafka`` source, and its
+alerts go to another topic through the ``keyedstate-kafka`` sink, exactly once.
 
 Needs a running broker (`make broker`). The generated batches are produced as waves, one Kafka transaction each, and
 read back with ``spark.readStream.format("keyedstate-kafka")`` with a ``group.id``; the listener helper commits
-every batch (the last one included) to the group. After each batch the demo prints, per partition, the group's
-committed offset, the partition's end offset and the lag.
+every batch (the last one included) to the group. Each batch's alerts are written with
+``df.write.format("keyedstate-kafka")`` inside ``foreachBatch`` (one Kafka transaction per Spark task, keyed by the
+query and batch id, so a replayed batch writes nothing twice). After each batch the demo prints how many alerts a
+``read_committed`` consumer of the alerts topic received from it, and, per partition of the input topic, the
+group's committed offset, the partition's end offset and the lag.
 
 Every wave becomes exactly one micro-batch, as every file does in file mode, without idle no-data batches in
 between: the first wave is produced before the query starts, and each next one from inside the batch that holds the
@@ -31,7 +35,7 @@ from connectors.kafka.offsets import TP, to_offset_json
 from examples.demo import INPUT_SCHEMA, Progress, build_spark, generate_batches, watch_query
 from examples.rich_fraud import ALERT_SCHEMA, RichFraudDetector
 
-__all__ = ["check_broker", "ensure_topic", "WaveProducer", "run_kafka_demo"]
+__all__ = ["check_broker", "ensure_topic", "WaveProducer", "AlertSink", "run_kafka_demo"]
 
 log = logging.getLogger("keyedstate.demo.kafka")
 #: librdkafka's own log lines (connection refused, reconnects); the demo reports failures itself.
@@ -75,12 +79,28 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float =
     while True:
         metadata = admin.list_topics(topic, timeout=10).topics.get(topic)
         if metadata is not None and metadata.error is None and metadata.partitions and all(
-                p.leader >= 0 for p in metadata.partitions.values()):
+                p.leader >= 0 for p in metadata.partitions.values()) and _answers(admin, topic, metadata.partitions):
             return len(metadata.partitions)
         if time.monotonic() > deadline:
             raise BrokersUnavailableError(f"topic {topic!r} on {bootstrap} has no leader for every partition after "
                                           f"{timeout_s:.0f} s")
         time.sleep(0.2)
+
+
+def _answers(admin: Any, topic: str, partitions: Any) -> bool:
+    """Every partition's leader answers an offset request (a new topic's leaders appear in metadata a moment
+    before they take requests)."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    try:
+        futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in partitions},
+                                     request_timeout=10)
+        for future in futures.values():
+            future.result(timeout=15)
+        return True
+    except KafkaException:
+        return False
 
 
 class WaveProducer:
@@ -136,6 +156,54 @@ def _covers(end: dict[TP, int], target: dict[TP, int]) -> bool:
     return all(end.get(tp, 0) >= offset for tp, offset in target.items())
 
 
+class AlertSink:
+    """Writes a batch's alerts to ``topic`` through the keyedstate-kafka sink and counts what a ``read_committed``
+    consumer of the topic then receives (records of committed transactions only)."""
+
+    #: One prefix for the demo's query: transactional ids and progress markers also carry the query id.
+    PREFIX = "keyedstate-demo-alerts"
+
+    def __init__(self, bootstrap: str, topic: str, client: KafkaClient, partitions: int) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self.topic = topic
+        self.options = {"kafka.bootstrap.servers": bootstrap, "topic": topic, "transactionalIdPrefix": self.PREFIX,
+                        "brokerRetryTimeoutMs": "30000"}
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{self.PREFIX}-reader",
+                                   "enable.auto.commit": "false", "isolation.level": "read_committed",
+                                   "logger": _LIBRDKAFKA_LOG})
+        start = client.list_offsets([(topic, p) for p in range(partitions)], "latest")
+        self._consumer.assign([TopicPartition(t, p, offset) for (t, p), offset in start.items()])
+        self.received: dict[int, tuple[int, int]] = {}
+        self.total = 0
+
+    def write(self, alerts: Any, expected: int, batch_id: int) -> None:
+        """In ``foreachBatch``: write the batch's alerts, then read them back (up to ``expected``, 30 s at most)."""
+        from pyspark.sql import functions as F
+
+        (alerts.select(F.col("account_id").alias("key"), F.to_json(F.struct(*alerts.columns)).alias("value"))
+         .write.format("keyedstate-kafka").options(**self.options).mode("append").save())
+        got = 0
+        deadline = time.monotonic() + 30
+        # Each task's transaction is committed when save() returns; its commit markers reach the partitions a moment
+        # later, so the reader may need a few polls to see all of them.
+        while got < expected and time.monotonic() < deadline:
+            got += sum(1 for m in self._consumer.consume(1000, timeout=0.2) if m.error() is None)
+        self.total += got
+        self.received[batch_id] = (got, expected)
+
+    def print(self) -> None:
+        """The oldest batch's line (called once per reported batch, in batch order)."""
+        if self.received:
+            got, expected = self.received.pop(min(self.received))
+            note = "" if got == expected else f" (expected {expected}: a replayed batch, or still in flight)"
+            print(f"    kafka {self.topic}: {got} alerts committed by the keyedstate-kafka sink "
+                  f"(exactly once), {self.total} in total{note}", flush=True)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
 class OffsetReport:
     """Prints the group's committed offsets, the end offsets and the lag per partition (read the way the source
     reads them: committed offsets through a never-subscribing group consumer, ends as read_committed sees them)."""
@@ -169,10 +237,12 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
     # Before Spark starts: a missing broker must fail in seconds, not after the source's retry budget.
     check_broker(bootstrap)
     partitions = ensure_topic(bootstrap, topic, args.partitions)
+    alert_partitions = ensure_topic(bootstrap, args.alerts_topic, args.partitions)
     tps = [(topic, p) for p in range(partitions)]
     options = {"kafka.bootstrap.servers": bootstrap, "subscribe": topic, "group.id": args.group_id,
                "brokerRetryTimeoutMs": "30000"}
-    report = OffsetReport(options, tps)
+    report = OffsetReport(options, tps)  # after creating the topics: its client's metadata then has their leaders
+    alert_sink = AlertSink(bootstrap, args.alerts_topic, report.client, alert_partitions)
     # Start at the current end so a topic holding earlier runs' records yields exactly this run's waves.
     options["startingOffsets"] = json.dumps(to_offset_json(report.client.list_offsets(tps, "latest")))
     waves = generate_batches(args.batches, args.per_batch, args.accounts, args.seed)
@@ -181,7 +251,7 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
     checkpoint = workdir / "checkpoint"
     print(f"keyedstate demo (Kafka): {args.batches} waves of ~{args.per_batch} transactions over {args.accounts} "
           f"accounts into topic {topic!r} ({partitions} partitions) at {bootstrap}, group {args.group_id!r}, "
-          f"checkpoint in {workdir}", flush=True)
+          f"alerts to topic {args.alerts_topic!r}, checkpoint in {workdir}", flush=True)
     spark = build_spark(args.shuffle_partitions)
     spark.dataSource.register(KafkaSource)
     from pyspark.sql import functions as F
@@ -203,7 +273,7 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
         log.info("produced wave %d: %s", len(targets) - 1, targets[-1])
 
     def on_batch(frame: Any, batch_id: int) -> None:
-        progress.on_batch(frame, batch_id)
+        progress.on_batch(frame, batch_id, write_alerts=alert_sink.write)
         # This batch's offsets are fixed and the next batch is planned only after this call returns.
         if len(targets) < len(waves) and _covers(batch_end_offsets(str(checkpoint), batch_id, report.opts),
                                                  targets[-1]):
@@ -224,13 +294,18 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
                 query.stop()
 
     try:
+        def print_batch_report() -> None:
+            alert_sink.print()
+            report.print()
+
         reported = watch_query(query, progress, stop_after_the_last_wave, interval_s=0.2,
-                               on_batch_reported=report.print)
+                               on_batch_reported=print_batch_report)
         listener.wait_committed(timeout=15)
     finally:
         if query.isActive:
             query.stop()
         report.close()
+        alert_sink.close()
         spark.stop()
         if not args.workdir:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""Kafka source for PySpark Structured Streaming with checkpoint-driven consumer-group offset commits.
+"""Kafka source for PySpark Structured Streaming with checkpoint-driven consumer-group offset commits, and an
+exactly-once Kafka sink.
 
 Quick start::
 
@@ -9,6 +10,11 @@ Quick start::
     df = spark.readStream.format("keyedstate-kafka").options(**opts).load()
     query = df.writeStream.option("checkpointLocation", "/tmp/ckpt").foreachBatch(handle).start()
     attach_commit_listener(spark, query, opts, "/tmp/ckpt")   # also commit the last batch before a stop
+
+    # the sink: one Kafka transaction per Spark task and micro-batch
+    results.writeStream.format("keyedstate-kafka").option("kafka.bootstrap.servers", "127.0.0.1:9092") \
+        .option("topic", "alerts").option("transactionalIdPrefix", "alerts-v1") \
+        .option("checkpointLocation", "/tmp/ckpt-out").start()
 
 See ``docs/kafka.md`` for options, commit semantics and failure behaviour.
 """
@@ -33,6 +39,14 @@ _EXPORTS = {
     "NoOffsetForTimestampError": "errors",
     "OffsetOutOfRangeError": "errors",
     "UnknownTopicError": "errors",
+    "ProducerFencedError": "errors",
+    "RecordTooLargeError": "errors",
+    "TransactionTimeoutError": "errors",
+    "KafkaSinkOptions": "sink_options",
+    "parse_sink_options": "sink_options",
+    "KafkaStreamWriter": "sink",
+    "KafkaBatchWriter": "sink",
+    "KafkaSinkCommitMessage": "sink_writer",
     "KafkaOffsetCommitListener": "listener",
     "attach_commit_listener": "listener",
     "KafkaOptions": "options",
@@ -63,6 +77,14 @@ __all__ = [
     "NoOffsetForTimestampError",
     "NoCommittedOffsetError",
     "KafkaRequestError",
+    "KafkaStreamWriter",
+    "KafkaBatchWriter",
+    "KafkaSinkCommitMessage",
+    "KafkaSinkOptions",
+    "parse_sink_options",
+    "ProducerFencedError",
+    "RecordTooLargeError",
+    "TransactionTimeoutError",
 ]
 
 if TYPE_CHECKING:
@@ -77,10 +99,16 @@ if TYPE_CHECKING:
         NoCommittedOffsetError,
         NoOffsetForTimestampError,
         OffsetOutOfRangeError,
+        ProducerFencedError,
+        RecordTooLargeError,
+        TransactionTimeoutError,
         UnknownTopicError,
     )
     from connectors.kafka.listener import KafkaOffsetCommitListener, attach_commit_listener
     from connectors.kafka.options import KafkaOptions, parse_options
+    from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
+    from connectors.kafka.sink_options import KafkaSinkOptions, parse_sink_options
+    from connectors.kafka.sink_writer import KafkaSinkCommitMessage
     from connectors.kafka.source import FORMAT_NAME, SCHEMA, KafkaSource, KafkaStreamReader
 
 

@@ -19,6 +19,9 @@ __all__ = [
     "NoOffsetForTimestampError",
     "NoCommittedOffsetError",
     "KafkaRequestError",
+    "ProducerFencedError",
+    "RecordTooLargeError",
+    "TransactionTimeoutError",
 ]
 
 
@@ -27,7 +30,7 @@ class KafkaConnectorError(KeyedStateError):
 
 
 class KafkaConfigurationError(KafkaConnectorError, ConfigurationError):
-    """A source option (or a combination of options) is invalid."""
+    """A source or sink option (or a combination of options, or the sink's input columns) is invalid."""
 
 
 class MissingGroupIdError(KafkaConfigurationError):
@@ -35,7 +38,7 @@ class MissingGroupIdError(KafkaConfigurationError):
 
 
 class UnknownTopicError(KafkaConnectorError):
-    """A subscribed or assigned topic does not exist on the cluster (or was deleted while the query ran)."""
+    """A subscribed, assigned or written topic does not exist on the cluster (or was deleted while the query ran)."""
 
 
 class BrokersUnavailableError(KafkaConnectorError):
@@ -64,3 +67,20 @@ class NoCommittedOffsetError(KafkaConnectorError):
 
 class KafkaRequestError(KafkaConnectorError):
     """Any other error a Kafka request returned; the message carries librdkafka's error name."""
+
+
+class ProducerFencedError(KafkaConnectorError):
+    """The sink's transactional producer was fenced: another producer started with the same ``transactional.id``.
+
+    Expected for a superseded attempt of a Spark task (a retry or speculative copy took over); otherwise two
+    queries share one ``transactionalIdPrefix``.
+    """
+
+
+class RecordTooLargeError(KafkaConnectorError):
+    """A record is larger than the producer's ``message.max.bytes`` or the topic's ``max.message.bytes``."""
+
+
+class TransactionTimeoutError(KafkaConnectorError):
+    """A sink transaction ran longer than ``transaction.timeout.ms`` and the broker aborted it, or the timeout is
+    outside what the broker accepts (``transaction.max.timeout.ms``)."""

@@ -16,11 +16,15 @@ from connectors.kafka.errors import (
     KafkaDataLossError,
     KafkaRequestError,
     OffsetOutOfRangeError,
+    ProducerFencedError,
+    RecordTooLargeError,
+    TransactionTimeoutError,
     UnknownTopicError,
 )
 
 __all__ = ["kafka_error_of", "is_transient", "is_retriable_fetch_error", "is_unknown_topic", "is_partition_eof",
-           "is_out_of_range", "no_progress_error", "translate"]
+           "is_out_of_range", "no_progress_error", "translate", "is_fenced", "is_retriable_txn_error",
+           "txn_requires_abort", "is_purged"]
 
 #: Errors that mean "brokers (or a leader/coordinator) are not reachable right now": retry within the budget.
 _TRANSIENT = {
@@ -34,6 +38,11 @@ _TRANSIENT = {
 }
 _UNKNOWN_TOPIC = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
+#: A newer producer with the same transactional.id exists (or the coordinator aborted a timed-out transaction and
+#: bumped the epoch): this producer can never write again.
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+           KafkaError.TRANSACTION_COORDINATOR_FENCED}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG_SIZE}
 
 
 def kafka_error_of(exc: BaseException | KafkaError | None) -> Optional[KafkaError]:
@@ -82,6 +91,29 @@ def is_out_of_range(exc: BaseException | KafkaError | None) -> bool:
     return err is not None and err.code() in _OUT_OF_RANGE
 
 
+def is_purged(err: Optional[KafkaError]) -> bool:
+    """A delivery report for a record dropped by our own ``purge``/``abort_transaction``, not a delivery failure."""
+    return err is not None and err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
+def is_fenced(exc: BaseException | KafkaError | None) -> bool:
+    err = kafka_error_of(exc)
+    return err is not None and err.code() in _FENCED
+
+
+def is_retriable_txn_error(exc: BaseException | KafkaError | None) -> bool:
+    """A transactional call (init/commit/send offsets) that may simply be repeated: librdkafka marks it retriable
+    (coordinator moving, timeout) and the transaction itself is still intact."""
+    err = kafka_error_of(exc)
+    return err is not None and not err.fatal() and not err.txn_requires_abort() and (
+        err.retriable() or err.code() in _TRANSIENT)
+
+
+def txn_requires_abort(exc: BaseException | KafkaError | None) -> bool:
+    err = kafka_error_of(exc)
+    return err is not None and err.txn_requires_abort()
+
+
 def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, action: str,
               elapsed_s: Optional[float] = None, budget_ms: Optional[int] = None) -> KafkaConnectorError:
     """Turn a librdkafka error that happened while doing ``action`` on ``topic`` into our exception.
@@ -91,6 +123,28 @@ def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, acti
     err = kafka_error_of(exc)
     name = err.name() if err is not None else type(exc).__name__
     detail = err.str() if err is not None else str(exc)
+    if err is not None and err.code() in _FENCED:
+        return ProducerFencedError(
+            f"the transactional producer writing {topic} was fenced while {action} ({name}: {detail}): a newer "
+            f"producer with the same transactional.id started. Expected for a superseded attempt of a Spark task (a "
+            f"retry or speculative copy took over). Otherwise another query uses the same transactionalIdPrefix "
+            f"(give every query its own), or the transaction outlived kafka.transaction.timeout.ms and the broker "
+            f"aborted it (raise that option)")
+    if err is not None and err.code() in _TOO_LARGE:
+        return RecordTooLargeError(
+            f"a record for {topic} is too large while {action} on brokers {brokers} ({name}: {detail}); raise "
+            f"option kafka.message.max.bytes (producer) and the topic's max.message.bytes (broker), or write "
+            f"smaller values")
+    if err is not None and err.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+        return TransactionTimeoutError(
+            f"brokers {brokers} rejected the sink's transaction timeout while {action} ({name}: {detail}); "
+            f"kafka.transaction.timeout.ms must not exceed the brokers' transaction.max.timeout.ms (15 minutes "
+            f"by default)")
+    if err is not None and err.code() == KafkaError._MSG_TIMED_OUT:
+        return BrokersUnavailableError(
+            f"records for {topic} could not be delivered to Kafka brokers {brokers} while {action} ({name}: "
+            f"{detail}); librdkafka retried for message.timeout.ms (the sink sets it from brokerRetryTimeoutMs, "
+            f"capped by kafka.transaction.timeout.ms). Check that the brokers are reachable, or raise the option")
     if err is None or is_transient(err):
         if budget_ms is not None:
             return BrokersUnavailableError(
@@ -103,7 +157,8 @@ def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, acti
     if err.code() in _UNKNOWN_TOPIC:
         return UnknownTopicError(
             f"{topic} does not exist on Kafka brokers {brokers} ({name}) while {action}; create it, fix option "
-            f"subscribe/subscribePattern/assign, or set failOnDataLoss=false to skip deleted topics")
+            + ("topic/progressTopic or the topic column" if action.startswith("writing") else
+               "subscribe/subscribePattern/assign, or set failOnDataLoss=false to skip deleted topics"))
     if err.code() in _OUT_OF_RANGE:
         return OffsetOutOfRangeError(
             f"offset out of range while {action} for {topic} on brokers {brokers} ({name}: {detail}); the data "

@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Union
 
 from connectors.kafka.errors import KafkaConfigurationError, MissingGroupIdError
 
-__all__ = ["KafkaOptions", "StartingOffsets", "parse_options"]
+__all__ = ["KafkaOptions", "StartingOffsets", "parse_options", "bool_option", "int_option"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.options")
 
@@ -111,7 +111,7 @@ class KafkaOptions:
         return self.kafka.get("isolation.level", "read_committed") == "read_committed"
 
 
-def _bool(name: str, raw: str) -> bool:
+def bool_option(name: str, raw: str) -> bool:
     v = raw.strip().lower()
     if v in ("true", "1", "yes"):
         return True
@@ -120,7 +120,7 @@ def _bool(name: str, raw: str) -> bool:
     raise KafkaConfigurationError(f"option {name}={raw!r} is not a boolean; use true or false")
 
 
-def _int(name: str, raw: str, minimum: int) -> int:
+def int_option(name: str, raw: str, minimum: int) -> int:
     try:
         v = int(raw)
     except ValueError:
@@ -223,7 +223,7 @@ def parse_options(options: Mapping[str, str]) -> KafkaOptions:
 
     starting_ts = None
     if "startingtimestamp" in opts:
-        starting_ts = _int("startingTimestamp", opts["startingtimestamp"], 0)
+        starting_ts = int_option("startingTimestamp", opts["startingtimestamp"], 0)
     by_ts = None
     if "startingoffsetsbytimestamp" in opts:
         by_ts = _per_partition("startingOffsetsByTimestamp", opts["startingoffsetsbytimestamp"], False)
@@ -233,7 +233,7 @@ def parse_options(options: Mapping[str, str]) -> KafkaOptions:
             f"option startingOffsetsByTimestampStrategy={strategy!r} is invalid; use error or latest")
 
     group_id = opts.get("group.id", "").strip() or None
-    commit = _bool("commitOffsets", opts.get("commitoffsets", "true"))
+    commit = bool_option("commitOffsets", opts.get("commitoffsets", "true"))
     if commit and not group_id:
         raise MissingGroupIdError(
             "offset commits are on (commitOffsets=true, the default) but option group.id is not set; set "
@@ -246,10 +246,10 @@ def parse_options(options: Mapping[str, str]) -> KafkaOptions:
 
     max_per_trigger = None
     if "maxoffsetspertrigger" in opts:
-        max_per_trigger = _int("maxOffsetsPerTrigger", opts["maxoffsetspertrigger"], 1)
+        max_per_trigger = int_option("maxOffsetsPerTrigger", opts["maxoffsetspertrigger"], 1)
     min_parts = None
     if "minpartitions" in opts:
-        min_parts = _int("minPartitions", opts["minpartitions"], 1)
+        min_parts = int_option("minPartitions", opts["minpartitions"], 1)
     return KafkaOptions(
         bootstrap_servers=servers,
         subscribe=subscribe,
@@ -261,13 +261,13 @@ def parse_options(options: Mapping[str, str]) -> KafkaOptions:
         timestamp_strategy=strategy,
         max_offsets_per_trigger=max_per_trigger,
         min_partitions=min_parts,
-        fail_on_data_loss=_bool("failOnDataLoss", opts.get("failondataloss", "true")),
+        fail_on_data_loss=bool_option("failOnDataLoss", opts.get("failondataloss", "true")),
         group_id=group_id,
         commit_offsets=commit,
         group_offset_reset=reset,
-        broker_retry_timeout_ms=_int("brokerRetryTimeoutMs", opts.get("brokerretrytimeoutms", "120000"), 0),
-        retry_backoff_ms=_int("retryBackoffMs", opts.get("retrybackoffms", "500"), 1),
-        request_timeout_ms=_int("requestTimeoutMs", opts.get("requesttimeoutms", "10000"), 100),
-        max_batch_records=_int("maxBatchRecords", opts.get("maxbatchrecords", "10000"), 1),
+        broker_retry_timeout_ms=int_option("brokerRetryTimeoutMs", opts.get("brokerretrytimeoutms", "120000"), 0),
+        retry_backoff_ms=int_option("retryBackoffMs", opts.get("retrybackoffms", "500"), 1),
+        request_timeout_ms=int_option("requestTimeoutMs", opts.get("requesttimeoutms", "10000"), 100),
+        max_batch_records=int_option("maxBatchRecords", opts.get("maxbatchrecords", "10000"), 1),
         kafka=kafka,
     )

@@ -33,6 +33,8 @@ from connectors.kafka.partition import KafkaInputPartition
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
+
 # Spark unpickles this module in several short-lived Python processes per query (option validation, read planning,
 # the stream-reader process, executor workers), and each start-up is part of every query's latency. So the
 # confluent-kafka clients (driver side) and pyarrow/the fetch loop (executor side) are imported where they are used.
@@ -50,24 +52,48 @@ SCHEMA = ("key binary, value binary, topic string, partition int, offset long, t
 
 
 class KafkaSource(DataSource):
-    """Register with ``spark.dataSource.register(KafkaSource)``; read with ``.format("keyedstate-kafka")``.
+    """Register with ``spark.dataSource.register(KafkaSource)``; read with ``spark.readStream.format(
+    "keyedstate-kafka")`` and write with ``df.writeStream.format("keyedstate-kafka")`` (the sink:
+    :class:`connectors.kafka.sink.KafkaStreamWriter`).
 
-    Options are validated here, so a bad option fails ``load()`` with a :class:`KafkaConfigurationError`.
+    Source options are validated in ``schema()``, which Spark calls at ``load()``, so a bad option fails ``load()``
+    with a :class:`KafkaConfigurationError`; sink options are validated in ``streamWriter()``, at ``start()``.
     """
 
     def __init__(self, options) -> None:  # runs in a Spark-started Python worker
         super().__init__(options)
-        self.kafka_options: KafkaOptions = parse_options(dict(options))
+        self._kafka_options: Optional[KafkaOptions] = None
+
+    @property
+    def kafka_options(self) -> KafkaOptions:
+        """The source options (parsed on first use: the same class also serves writes, with other options)."""
+        if self._kafka_options is None:
+            self._kafka_options = parse_options(dict(self.options))
+        return self._kafka_options
 
     @classmethod
     def name(cls) -> str:
         return FORMAT_NAME
 
     def schema(self) -> str:
+        self.kafka_options  # noqa: B018 - validates the source options at load()
         return SCHEMA
 
     def streamReader(self, schema: StructType) -> "KafkaStreamReader":
         return KafkaStreamReader(self.kafka_options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> "KafkaStreamWriter":
+        from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
+        from connectors.kafka.sink_options import parse_sink_options
+
+        return KafkaStreamWriter(parse_sink_options(dict(self.options)), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> "KafkaBatchWriter":
+        """``df.write.format("keyedstate-kafka")``, meant for ``foreachBatch`` (see :class:`KafkaBatchWriter`)."""
+        from connectors.kafka.sink import KafkaBatchWriter
+        from connectors.kafka.sink_options import parse_sink_options
+
+        return KafkaBatchWriter(parse_sink_options(dict(self.options)), schema)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -217,3 +217,32 @@ class CommitMonitor:
                 if off > end.get(p, 0):
                     self.violations.append(f"p{p}: committed {off} > spark {end.get(p, 0)}")
             self._stop.wait(0.05)
+
+
+def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[tuple[int, Optional[bytes], bytes, list]]:
+    """Every record of ``topic`` a ``read_committed`` consumer sees: (partition, key, value, headers), read up to
+    each partition's last stable offset (an open transaction stops the read there, as it stops real consumers)."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": "false",
+                  "isolation.level": "read_committed", "enable.partition.eof": "true", "logger": _QUIET})
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, -2) for p in parts])  # -2 = beginning
+        at_end: set[int] = set()
+        out: list = []
+        deadline = time.monotonic() + timeout
+        while len(at_end) < len(parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic} did not reach the end of partitions {set(parts) - at_end}")
+            for m in c.consume(1000, timeout=0.5):
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        at_end.add(m.partition())
+                        continue
+                    raise RuntimeError(m.error())
+                at_end.discard(m.partition())
+                out.append((m.partition(), m.key(), m.value(), m.headers() or []))
+        return out
+    finally:
+        c.close()

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka_helpers import committed_offsets, unique
+from kafka_helpers import committed_offsets, read_committed, unique
 
 from connectors.kafka import BrokersUnavailableError
 from examples.demo import generate_batches
@@ -22,6 +22,8 @@ from keyedstate.testing import KeyedProcessHarness
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCHES, PER_BATCH, ACCOUNTS, SEED = 3, 600, 250, 11
+ALERTS_LINE = re.compile(r"^\s+kafka (?P<topic>\S+): (?P<n>\d+) alerts committed by the keyedstate-kafka sink "
+                         r"\(exactly once\), (?P<total>\d+) in total$")
 OFFSETS_LINE = re.compile(r"^\s+kafka (?P<topic>\S+)\[(?P<p>\d+)\] group (?P<group>\S+): "
                           r"committed=\s*(?P<committed>-|\d+) end=\s*(?P<end>\d+) lag=\s*(?P<lag>-?\d+)$")
 WATERMARK_DELAY_MS = 5_000
@@ -70,8 +72,10 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
 @pytest.mark.slow
 def test_demo_in_kafka_mode_alerts_like_the_oracle_and_ends_with_zero_lag(kafka_broker, tmp_path):
     bootstrap, topic, group = kafka_broker.bootstrap, unique("demo-transactions"), unique("demo-group")
+    alerts_topic = unique("demo-alerts")
     alerts_file = tmp_path / "alerts.jsonl"
     result = run_demo("--bootstrap-servers", bootstrap, "--topic", topic, "--group-id", group,
+                      "--alerts-topic", alerts_topic,
                       "--batches", str(BATCHES), "--per-batch", str(PER_BATCH), "--accounts", str(ACCOUNTS),
                       "--seed", str(SEED), "--key-groups", "4", "--workdir", str(tmp_path / "work"),
                       "--alerts-out", str(alerts_file), timeout=400)
@@ -100,6 +104,13 @@ def test_demo_in_kafka_mode_alerts_like_the_oracle_and_ends_with_zero_lag(kafka_
     alerts = [json.loads(line) for line in alerts_file.read_text().splitlines()]
     assert alerts == oracle_alerts(waves)
     assert {rule for _, rule, _, _ in alerts} == {"small-then-large", "velocity"}
+
+    # The sink wrote exactly these alerts to the alerts topic, once each, and every batch reported all of its own.
+    in_kafka = [json.loads(value) for _, _, value, _ in read_committed(bootstrap, alerts_topic)]
+    assert sorted([a["account_id"], a["rule"], a["amount"], a["event_time_ms"]] for a in in_kafka) == alerts
+    counted = [ALERTS_LINE.match(line) for line in lines if line.startswith(f"    kafka {alerts_topic}:")]
+    assert all(counted) and len(counted) >= BATCHES
+    assert sum(int(m["n"]) for m in counted) == int(counted[-1]["total"]) == len(alerts)
 
     # After the last batch the group has committed everything: what the demo printed is the topic's real end and
     # the group's real committed offsets, read independently here.

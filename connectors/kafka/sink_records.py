@@ -1,0 +1,133 @@
+"""Turning the sink's input rows (Arrow record batches) into librdkafka ``produce`` calls.
+
+Input columns are those of Spark's Kafka sink: ``value`` (required; binary or string, null = tombstone), ``key``
+(binary or string), ``topic`` (string; null falls back to option ``topic``), ``partition`` (int; null = chosen by
+the partitioner) and ``headers`` (``array<struct<key: string, value: binary>>``). Other columns are ignored.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
+
+from connectors.kafka.errors import KafkaConfigurationError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["validate_input_schema", "produce_batches"]
+
+_HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
+
+#: How many records between two ``poll(0)`` calls that serve delivery reports.
+POLL_EVERY = 10_000
+
+
+def validate_input_schema(schema: StructType, default_topic: Optional[str]) -> None:
+    """Check the input columns when the query starts, with Spark's Kafka sink's rules and our error class."""
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise KafkaConfigurationError(
+            f"the keyedstate-kafka sink needs a column named 'value' (binary or string); the input has "
+            f"{', '.join(schema.fieldNames()) or 'no columns'}")
+    for name in ("key", "value"):
+        if name in types and not isinstance(types[name], (BinaryType, StringType)):
+            raise KafkaConfigurationError(f"sink column {name!r} must be binary or string, not {types[name].simpleString()}")
+    if "topic" in types and not isinstance(types["topic"], StringType):
+        raise KafkaConfigurationError(f"sink column 'topic' must be a string, not {types['topic'].simpleString()}")
+    if "topic" not in types and default_topic is None:
+        raise KafkaConfigurationError("the keyedstate-kafka sink needs option topic or a column named 'topic'")
+    if "partition" in types and not isinstance(types["partition"], IntegerType):
+        raise KafkaConfigurationError(
+            f"sink column 'partition' must be an int, not {types['partition'].simpleString()}")
+    if "headers" in types and types["headers"] != _HEADERS and not (
+            isinstance(types["headers"], ArrayType)
+            and types["headers"].elementType.simpleString() == _HEADERS.elementType.simpleString()):
+        raise KafkaConfigurationError(
+            f"sink column 'headers' must be {_HEADERS.simpleString()}, not {types['headers'].simpleString()}")
+
+
+def _binary(batch: "pa.RecordBatch", name: str) -> Optional[list]:
+    import pyarrow as pa
+
+    idx = batch.schema.get_field_index(name)
+    if idx < 0:
+        return None
+    col = batch.column(idx)
+    if pa.types.is_string(col.type):
+        col = col.cast(pa.binary())
+    elif pa.types.is_large_string(col.type):
+        col = col.cast(pa.large_binary())
+    return col.to_pylist()
+
+
+def _column(batch: "pa.RecordBatch", name: str) -> Optional[list]:
+    idx = batch.schema.get_field_index(name)
+    return None if idx < 0 else batch.column(idx).to_pylist()
+
+
+def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic: Optional[str],
+                    check_topic: Callable[[str], None]) -> int:
+    """Produce every row of ``batches``; return how many. ``check_topic(t)`` runs once per distinct topic before
+    the first record for it (librdkafka would otherwise wait ``topic.metadata.propagation.max.ms`` to report an
+    unknown topic). Delivery reports go to the producer's configured ``on_delivery`` (failures only)."""
+    produce, poll = producer.produce, producer.poll
+    checked: set[str] = set()
+    if default_topic is not None:
+        check_topic(default_topic)
+        checked.add(default_topic)
+    count = 0
+    for batch in batches:
+        n = batch.num_rows
+        if n == 0:
+            continue
+        values = _binary(batch, "value")
+        keys = _binary(batch, "key") or [None] * n
+        topics = _column(batch, "topic")
+        partitions = _column(batch, "partition")
+        headers = _column(batch, "headers")
+        if topics is None and partitions is None and headers is None:
+            # The common case, kept free of per-record branches.
+            for key, value in zip(keys, values):
+                try:
+                    produce(default_topic, value, key)
+                except BufferError:
+                    _wait_for_space(producer, lambda: produce(default_topic, value, key))
+                count += 1
+                if count % POLL_EVERY == 0:
+                    poll(0)
+            continue
+        for i in range(n):
+            topic = (topics[i] if topics is not None else None) or default_topic
+            if topic is None:
+                raise KafkaConfigurationError(
+                    "a row has a null 'topic' and the sink has no option topic to fall back to; set option topic")
+            if topic not in checked:
+                check_topic(topic)
+                checked.add(topic)
+            kwargs: dict = {}
+            if partitions is not None and partitions[i] is not None:
+                kwargs["partition"] = partitions[i]
+            if headers is not None and headers[i]:
+                kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+            value, key = values[i], keys[i]
+            try:
+                produce(topic, value, key, **kwargs)
+            except BufferError:
+                _wait_for_space(producer, lambda: produce(topic, value, key, **kwargs))
+            count += 1
+            if count % POLL_EVERY == 0:
+                poll(0)
+    return count
+
+
+def _wait_for_space(producer, produce_one: Callable[[], None]) -> None:
+    """librdkafka's local queue is full: serve delivery reports until the record fits."""
+    while True:
+        producer.poll(0.05)
+        try:
+            produce_one()
+            return
+        except BufferError:
+            continue

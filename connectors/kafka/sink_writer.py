@@ -1,0 +1,265 @@
+"""One Spark write task of the ``keyedstate-kafka`` sink: the records of one partition of one micro-batch.
+
+Runs on executors (``KafkaStreamWriter.write``). Exactly-once protocol, per Spark partition ``p`` of batch ``b``:
+
+1. A transactional producer with ``transactional.id = <prefix>-<query id>-<p>`` calls ``init_transactions``. Every
+   attempt of partition ``p`` (retries, speculative copies, the replay after a restart) uses the same id, so this
+   fences every older producer of ``p`` and aborts the transaction it left open.
+2. The partition's progress marker is read: the consumer group named like the transactional id has a committed
+   offset ``m`` on partition 0 of the progress topic; batches ``< m`` of ``p`` are already in Kafka. If ``b < m``
+   the task writes nothing (the batch is a replay) and only drains its input.
+3. Otherwise it begins a transaction, produces the records, adds ``offset = b + 1`` for its group to the same
+   transaction (``send_offsets_to_transaction``) and commits. Records and marker become visible together.
+
+At-least-once mode produces with an idempotent producer and waits until every record is acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from pyspark.sql.datasource import WriterCommitMessage
+
+from connectors.kafka import kafka_errors
+from connectors.kafka.errors import KafkaConnectorError, TransactionTimeoutError
+from connectors.kafka.retry import RetryBudget, call_with_retry
+from connectors.kafka.sink_options import KafkaSinkOptions
+from connectors.kafka.sink_records import produce_batches
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["SinkTask", "KafkaSinkCommitMessage", "current_task", "write_task"]
+
+log = logging.getLogger("keyedstate.connectors.kafka.sink")
+
+
+@dataclass(frozen=True)
+class SinkTask:
+    """Which query, batch and Spark partition a write task belongs to."""
+
+    query_id: str
+    batch_id: int
+    partition_id: int
+    attempt: int = 0
+
+
+@dataclass
+class KafkaSinkCommitMessage(WriterCommitMessage):
+    """What one write task reports to the driver's ``commit``/``abort``."""
+
+    partition_id: int
+    batch_id: int
+    records: int
+    #: True when the partition's progress marker showed the batch already written (a replay): nothing produced.
+    already_written: bool = False
+
+
+def current_task(allow_batch: bool = False) -> SinkTask:
+    """The running Spark task's query id, batch id and partition. Spark sets the first two as task-local properties
+    for the jobs of a micro-batch, ``foreachBatch`` included; ``allow_batch`` accepts a task outside any streaming
+    query (batch id -1)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise KafkaConnectorError("the keyedstate-kafka sink's write() must run inside a Spark task")
+    batch = ctx.getLocalProperty("streaming.sql.batchId")
+    query = ctx.getLocalProperty("sql.streaming.queryId")
+    if batch is None or query is None:
+        if allow_batch:
+            return SinkTask(query_id="batch", batch_id=-1, partition_id=ctx.partitionId(),
+                            attempt=ctx.attemptNumber())
+        raise KafkaConnectorError(
+            "deliveryGuarantee=exactly_once needs a streaming query's batch id: use df.writeStream, or df.write "
+            "inside foreachBatch; for other batch writes set deliveryGuarantee=at_least_once")
+    return SinkTask(query_id=query, batch_id=int(batch), partition_id=ctx.partitionId(), attempt=ctx.attemptNumber())
+
+
+def write_task(opts: KafkaSinkOptions, batches: Iterator["pa.RecordBatch"], task: SinkTask) -> KafkaSinkCommitMessage:
+    """Write one task's rows according to ``opts.delivery_guarantee``; see the module docstring."""
+    batches = iter(batches)
+    first = next((b for b in batches if b.num_rows), None)
+    if first is None:  # nothing to write; an earlier attempt had nothing either (same input)
+        return KafkaSinkCommitMessage(task.partition_id, task.batch_id, 0)
+    rows = _chain(first, batches)
+    if opts.exactly_once:
+        return _TransactionalWrite(opts, task).run(rows)
+    return _write_at_least_once(opts, task, rows)
+
+
+def _chain(first: "pa.RecordBatch", rest: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
+    yield first
+    yield from rest
+
+
+class _Deliveries:
+    """Delivery-report callback: remembers the first failure (later ones are usually the same cause)."""
+
+    def __init__(self) -> None:
+        self.error = None
+        self.failed = 0
+
+    def __call__(self, err, msg) -> None:
+        if err is not None and not kafka_errors.is_purged(err):
+            self.failed += 1
+            if self.error is None:
+                self.error = (err, msg.topic())
+
+
+def _topic_checker(producer: Producer, opts: KafkaSinkOptions, budget: RetryBudget) -> Callable[[str], None]:
+    timeout_s = opts.request_timeout_ms / 1000
+
+    def check(topic: str) -> None:
+        def once() -> None:
+            md = producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+            if md is None:
+                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no metadata for {topic}"))
+            if md.error is not None:
+                raise KafkaException(md.error)
+
+        call_with_retry(once, budget, topic=f"topic {topic!r}", action="writing (checking that the topic exists)")
+
+    return check
+
+
+def _raise_delivery_error(deliveries: _Deliveries, opts: KafkaSinkOptions, cause: Optional[BaseException]) -> None:
+    if deliveries.error is not None:
+        err, topic = deliveries.error
+        raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=f"topic {topic!r}",
+                                     action=f"writing ({deliveries.failed} records failed)") from cause
+
+
+def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator["pa.RecordBatch"]
+                         ) -> KafkaSinkCommitMessage:
+    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
+    deliveries = _Deliveries()
+    producer = Producer(opts.producer_config(on_delivery_error=deliveries))
+    try:
+        count = produce_batches(producer, rows, opts.topic, _topic_checker(producer, opts, budget))
+        # message.timeout.ms bounds every record's delivery, so this returns; the margin covers the last reports.
+        remaining = producer.flush(opts.broker_retry_timeout_ms / 1000 + 30)
+        _raise_delivery_error(deliveries, opts, None)
+        if remaining:
+            raise kafka_errors.translate(KafkaException(kafka_errors.no_progress_error().args[0]),
+                                         brokers=opts.bootstrap_servers, topic=f"topic {opts.topic!r}",
+                                         action=f"writing ({remaining} records unacknowledged)")
+    finally:
+        _close(producer)
+    log.info("batch %d partition %d: %d records written (at least once)", task.batch_id, task.partition_id, count)
+    return KafkaSinkCommitMessage(task.partition_id, task.batch_id, count)
+
+
+def _close(client) -> None:
+    """Close a librdkafka client; a producer first drops undelivered records (after a failure there is nobody to
+    deliver them to, and ``close`` would flush them). Closing a fenced producer raises its fatal error again."""
+    try:
+        if isinstance(client, Producer):
+            client.purge()
+        client.close()
+    except Exception as exc:  # noqa: BLE001 - the task's outcome is decided already
+        log.debug("closing a Kafka client failed: %s", exc)
+
+
+class _TransactionalWrite:
+    """Steps 1-3 of the module docstring for one task attempt."""
+
+    def __init__(self, opts: KafkaSinkOptions, task: SinkTask) -> None:
+        assert opts.transactional_id_prefix is not None and opts.progress_topic is not None
+        self.opts = opts
+        self.task = task
+        self.transactional_id = opts.transactional_id(task.query_id, task.partition_id)
+        self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
+        self.timeout_s = opts.request_timeout_ms / 1000
+        self.where = f"topic {opts.topic!r}" if opts.topic else "the sink's topics"
+        self.deliveries = _Deliveries()
+
+    def run(self, rows: Iterator["pa.RecordBatch"]) -> KafkaSinkCommitMessage:
+        producer = Producer(self.opts.producer_config(self.transactional_id, on_delivery_error=self.deliveries))
+        marker = Consumer(self.opts.marker_consumer_config(self.transactional_id))
+        try:
+            self._retry(lambda: producer.init_transactions(self.timeout_s), "writing (initialising transactions)")
+            written_up_to = self._read_marker(marker)
+            if written_up_to > self.task.batch_id:
+                for _ in rows:  # consume the input anyway: upstream stateful operators commit at its end
+                    pass
+                log.info("batch %d partition %d: already in Kafka (progress marker %d of %s); writing nothing",
+                         self.task.batch_id, self.task.partition_id, written_up_to, self.transactional_id)
+                return KafkaSinkCommitMessage(self.task.partition_id, self.task.batch_id, 0, already_written=True)
+            count = self._write_transaction(producer, marker, rows)
+        finally:
+            _close(marker)
+            _close(producer)
+        log.info("batch %d partition %d: %d records committed in transaction %s", self.task.batch_id,
+                 self.task.partition_id, count, self.transactional_id)
+        return KafkaSinkCommitMessage(self.task.partition_id, self.task.batch_id, count)
+
+    def _retry(self, fn: Callable, action: str):
+        return call_with_retry(fn, self.budget, topic=self.where, action=action)
+
+    def _read_marker(self, marker: Consumer) -> int:
+        """The partition's progress marker: 1 + the last batch it committed (0 = none)."""
+        tp = TopicPartition(self.opts.progress_topic, 0)
+
+        def once() -> int:
+            (res,) = marker.committed([tp], timeout=self.timeout_s)
+            if res.error is not None:
+                raise KafkaException(res.error)
+            return max(0, int(res.offset))
+
+        return call_with_retry(once, self.budget, topic=f"topic {self.opts.progress_topic!r}",
+                               action=f"writing (reading progress marker of group {self.transactional_id!r})")
+
+    def _write_transaction(self, producer: Producer, marker: Consumer, rows: Iterator["pa.RecordBatch"]) -> int:
+        started = time.monotonic()
+        producer.begin_transaction()
+        try:
+            count = produce_batches(producer, rows, self.opts.topic, _topic_checker(producer, self.opts, self.budget))
+            progress = [TopicPartition(self.opts.progress_topic, 0, self.task.batch_id + 1)]
+            self._retry_in_transaction(
+                lambda: producer.send_offsets_to_transaction(progress, marker.consumer_group_metadata(),
+                                                             self.timeout_s), "writing (adding the progress marker)")
+            self._retry_in_transaction(lambda: producer.commit_transaction(self.timeout_s),
+                                       "writing (committing the transaction)")
+        except Exception as exc:  # noqa: BLE001 - aborted, then re-raised as our error
+            self._abort(producer, exc)
+            if kafka_errors.is_fenced(exc) and time.monotonic() - started > self.opts.transaction_timeout_ms / 1000:
+                raise TransactionTimeoutError(
+                    f"the transaction of {self.transactional_id} ran {time.monotonic() - started:.1f} s, longer than "
+                    f"kafka.transaction.timeout.ms={self.opts.transaction_timeout_ms}, and the broker aborted it; "
+                    f"raise that option (up to the brokers' transaction.max.timeout.ms) or write smaller batches "
+                    f"(e.g. maxOffsetsPerTrigger on the source)") from exc
+            _raise_delivery_error(self.deliveries, self.opts, exc)
+            if isinstance(exc, KafkaConnectorError) or kafka_errors.kafka_error_of(exc) is None:
+                raise
+            raise kafka_errors.translate(exc, brokers=self.opts.bootstrap_servers, topic=self.where,
+                                         action="writing (in a transaction)") from exc
+        return count
+
+    def _retry_in_transaction(self, fn: Callable[[], None], action: str) -> None:
+        """Repeat a transactional call while librdkafka says it may be retried (coordinator moving, timeout)."""
+        while True:
+            try:
+                fn()
+            except KafkaException as exc:
+                if not kafka_errors.is_retriable_txn_error(exc):
+                    raise
+                self.budget.failed(exc, topic=self.where, action=action)
+                continue
+            self.budget.succeeded()
+            return
+
+    def _abort(self, producer: Producer, cause: BaseException) -> None:
+        """Abort the open transaction if librdkafka still allows it; a fenced or fatal producer's transaction is
+        aborted by the next attempt's ``init_transactions`` (or by ``transaction.timeout.ms``)."""
+        err = kafka_errors.kafka_error_of(cause)
+        if err is not None and err.fatal():
+            return
+        try:
+            producer.abort_transaction(self.timeout_s)
+        except Exception as exc:  # noqa: BLE001 - the original failure is what matters
+            log.warning("aborting the transaction of %s after %s failed too: %s", self.transactional_id, cause, exc)
