@@ -213,7 +213,7 @@ def apply_in_pandas_with_state_args(
         num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
         state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy,
+        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
     )
 
 
@@ -240,7 +240,8 @@ def group_call(
     value_columns: Sequence[str], grouping_column: str, time_ms_column: Optional[str], time_mode: str,
     num_key_groups: Optional[int], processing_time_poll_interval_ms: int, emit_metrics: bool, key_group_layout: str,
     state_backend: str, state_storage: Optional[str], state_local_dir: Optional[str], uid: Optional[str],
-    rocksdb_options: Optional[RocksDBOptions], snapshot_policy: Optional[SnapshotPolicy], inputs: Any = None,
+    rocksdb_options: Optional[RocksDBOptions], snapshot_policy: Optional[SnapshotPolicy],
+    state_storage_options: Optional[Mapping[str, Any]] = None, inputs: Any = None,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """The prepared frame, grouping columns and ``applyInPandasWithState`` arguments for ``prepared`` (the input
     ``df`` with keyedstate's internal columns); ``inputs`` describes a two-input frame (see

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -163,6 +163,7 @@ def keyed_co_process(
     key_group_layout: str = BALANCED,
     state_backend: str = HEAP,
     state_storage: Optional[str] = None,
+    state_storage_options: Optional[Mapping[str, Any]] = None,
     state_local_dir: Optional[str] = None,
     uid: Optional[str] = None,
     rocksdb_options: Optional[RocksDBOptions] = None,
@@ -188,7 +189,8 @@ def keyed_co_process(
     * Every other option is :func:`keyedstate.spark.keyed_process`'s, with the same meaning: ``time_mode``,
       ``num_key_groups``, ``key_group_layout``, ``side_outputs`` (read with ``main_output`` / ``side_output``),
       ``emit_metrics``, ``processing_time_poll_interval_ms``, ``state_backend`` (``"heap"`` or ``"rocksdb"``),
-      ``state_storage``, ``state_local_dir``, ``uid``, ``rocksdb_options`` and ``snapshot_policy``.
+      ``state_storage``, ``state_storage_options``, ``state_local_dir``, ``uid``, ``rocksdb_options`` and
+      ``snapshot_policy``.
     """
     if not isinstance(function, KeyedCoProcessFunction):
         raise ConfigurationError(
@@ -244,7 +246,7 @@ def keyed_co_process(
         num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
         state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy, inputs=columns,
+        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options, inputs=columns,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 
