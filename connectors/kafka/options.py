@@ -161,26 +161,37 @@ def _per_partition(name: str, raw: str, allow_sentinels: bool) -> dict[str, dict
     return out
 
 
+def split_options(options: Mapping[str, str], known: set[str], forbidden: set[str], component: str,
+                  example_property: str, forbidden_reason: str) -> tuple[dict[str, str], dict[str, str], str]:
+    """The checks the source and the sink share: ``(options with lower-case names, the kafka.* properties without
+    the prefix and without bootstrap.servers, the bootstrap servers)``; an unknown option, a forbidden property or
+    missing bootstrap servers raise :class:`KafkaConfigurationError` naming it."""
+    opts = {str(k).lower(): str(v) for k, v in options.items()}
+    kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
+    unknown = sorted(k for k in opts if k not in known and not k.startswith("kafka."))
+    if unknown:
+        raise KafkaConfigurationError(
+            f"unknown option(s) {', '.join(unknown)} for the keyedstate-kafka {component}; librdkafka properties must "
+            f"be prefixed with 'kafka.' (e.g. kafka.{example_property})")
+    bad = sorted(forbidden & set(kafka))
+    if bad:
+        raise KafkaConfigurationError(
+            f"option(s) {', '.join('kafka.' + b for b in bad)} cannot be set: {forbidden_reason}")
+    servers = kafka.pop("bootstrap.servers", "").strip()
+    if not servers:
+        raise KafkaConfigurationError("option kafka.bootstrap.servers is required (e.g. 'host1:9092,host2:9092')")
+    return opts, kafka, servers
+
+
 def parse_options(options: Mapping[str, str]) -> KafkaOptions:
     """Validate ``options`` (case-insensitive names, string values) and return :class:`KafkaOptions`.
 
     Raises :class:`KafkaConfigurationError` (or :class:`MissingGroupIdError`) naming the option to fix.
     """
-    opts = {str(k).lower(): str(v) for k, v in options.items()}
-    kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
-    unknown = sorted(k for k in opts if k not in KNOWN and not k.startswith("kafka."))
-    if unknown:
-        raise KafkaConfigurationError(
-            f"unknown option(s) {', '.join(unknown)} for the keyedstate-kafka source; librdkafka properties must be "
-            "prefixed with 'kafka.' (e.g. kafka.security.protocol)")
-    bad = sorted(FORBIDDEN_KAFKA & set(kafka))
-    if bad:
-        raise KafkaConfigurationError(
-            f"option(s) {', '.join('kafka.' + b for b in bad)} cannot be set: the source manages them (use option "
-            "group.id for the consumer group and startingOffsets/groupOffsetReset for where to start)")
-    servers = kafka.pop("bootstrap.servers", "").strip()
-    if not servers:
-        raise KafkaConfigurationError("option kafka.bootstrap.servers is required (e.g. 'host1:9092,host2:9092')")
+    opts, kafka, servers = split_options(
+        options, KNOWN, FORBIDDEN_KAFKA, "source", "security.protocol",
+        "the source manages them (use option group.id for the consumer group and startingOffsets/groupOffsetReset "
+        "for where to start)")
 
     given = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k, "").strip()]
     if len(given) != 1:

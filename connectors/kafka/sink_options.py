@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
 from connectors.kafka.errors import KafkaConfigurationError
-from connectors.kafka.options import bool_option, int_option
+from connectors.kafka.options import bool_option, int_option, split_options
 
 __all__ = ["EXACTLY_ONCE", "AT_LEAST_ONCE", "KafkaSinkOptions", "parse_sink_options"]
 
@@ -122,21 +122,9 @@ def parse_sink_options(options: Mapping[str, str]) -> KafkaSinkOptions:
 
     Raises :class:`KafkaConfigurationError` naming the option to fix.
     """
-    opts = {str(k).lower(): str(v) for k, v in options.items()}
-    kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
-    unknown = sorted(k for k in opts if k not in KNOWN and not k.startswith("kafka."))
-    if unknown:
-        raise KafkaConfigurationError(
-            f"unknown option(s) {', '.join(unknown)} for the keyedstate-kafka sink; librdkafka properties must be "
-            "prefixed with 'kafka.' (e.g. kafka.compression.type)")
-    bad = sorted(FORBIDDEN_KAFKA & set(kafka))
-    if bad:
-        raise KafkaConfigurationError(
-            f"option(s) {', '.join('kafka.' + b for b in bad)} cannot be set: the sink derives transactional ids "
-            "from option transactionalIdPrefix, the query id and the Spark partition")
-    servers = kafka.pop("bootstrap.servers", "").strip()
-    if not servers:
-        raise KafkaConfigurationError("option kafka.bootstrap.servers is required (e.g. 'host1:9092,host2:9092')")
+    opts, kafka, servers = split_options(
+        options, KNOWN, FORBIDDEN_KAFKA, "sink", "compression.type",
+        "the sink derives transactional ids from option transactionalIdPrefix, the query id and the Spark partition")
     topic = opts.get("topic", "").strip() or None
 
     guarantee = opts.get("deliveryguarantee", EXACTLY_ONCE).strip().lower().replace("-", "_")
