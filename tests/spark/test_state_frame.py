@@ -14,7 +14,7 @@ from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescri
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark import keyed_process, read_keyed_state, read_keyed_state_frame
 from keyedstate.spark.state_frame import TIMERS_STATE, spark_type_of
-from tests.spark.test_rocksdb_mode import CountListAndQuiet, run_batches
+from tests.spark.rocksdb_runs import run_batches
 
 pytestmark = [pytest.mark.spark]
 
