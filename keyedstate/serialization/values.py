@@ -139,6 +139,10 @@ class DefaultValueCodec:
     def __init__(self) -> None:
         self._packer = msgpack.Packer(default=_default, use_bin_type=True, strict_types=True, autoreset=True)
 
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # msgpack's Packer does not pickle; functions (and OutputTags they hold) travel to Spark's workers pickled.
+        return DefaultValueCodec, ()
+
     def serialize(self, value: Any) -> bytes:
         kind = type(value)
         if kind is int and _INT64_MIN <= value <= _INT64_MAX:

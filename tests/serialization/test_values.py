@@ -81,3 +81,12 @@ def test_an_unknown_format_byte_is_reported_not_misread():
 
 def test_the_pickle_codec_is_plain_pickle():
     assert PickleValueCodec().serialize(Point(1, 2)) == pickle.dumps(Point(1, 2), protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def test_the_default_codec_and_an_output_tag_holding_it_pickle():
+    """Functions travel to Spark's workers pickled, with the OutputTags and descriptors they hold."""
+    from keyedstate import OutputTag
+
+    tag = pickle.loads(pickle.dumps(OutputTag("late")))
+    assert tag == OutputTag("late")
+    assert tag.type_info.serializer.deserialize(tag.type_info.serializer.serialize({"a": [1, 2]})) == {"a": [1, 2]}
