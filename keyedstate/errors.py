@@ -26,6 +26,7 @@ __all__ = [
     "InvalidTimestampError",
     "UserFunctionError",
     "InvalidOutputError",
+    "UnsupportedSparkVersionError",
 ]
 
 
@@ -108,3 +109,7 @@ class FunctionShippingError(ConfigurationError):
 
 class InvalidOutputError(KeyedStateError, TypeError):
     """A function produced something that is not an output record."""
+
+
+class UnsupportedSparkVersionError(KeyedStateError, RuntimeError):
+    """A feature needs a newer Spark, or the installed PySpark does not work with the installed pyarrow."""

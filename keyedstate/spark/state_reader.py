@@ -1,6 +1,7 @@
 """Read the keyed state of a keyed_process query back from its checkpoint (for tests, debugging, audits).
 
-Uses Spark's state data source (``spark.read.format("statestore")``, Spark 4.0+) to get the key-group rows, then
+Gets the key-group rows from Spark's state store (:func:`keyedstate.spark.compat.read_state_rows`: the state data
+source on Spark 4.0+, Spark's state store classes on 3.5), then
 decodes every key's state and timers: from the row itself in row mode, and in RocksDB mode from the version the
 row names (its base snapshot and changelogs, restored into a temporary database and verified like any restore).
 """
@@ -14,6 +15,7 @@ from typing import Any, Iterable, Optional, Sequence
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.spark.compat import read_state_rows
 from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
@@ -117,15 +119,8 @@ def read_keyed_state(
     committed batch). Pass the function's descriptors to decode values stored with custom serializers. RocksDB
     mode: the state files are read where the query wrote them; ``state_storage`` overrides that location (the
     ``<state_storage>/<query id>/<uid>`` directory) when they were moved."""
-    reader = spark.read.format("statestore").option("operatorId", operator_id)
-    if batch_id is not None:
-        reader = reader.option("batchId", batch_id)
-    frame = reader.load(checkpoint_location)
-    value_type = frame.schema["value"].dataType
-    # Spark's state format 2 nests the user's state row as value.groupState next to the timeout.
-    column = "value.groupState" if "groupState" in value_type.fieldNames() else "value"
     result: dict[Any, dict[str, Any]] = {}
-    for (state_row,) in frame.select(column).collect():
+    for state_row in read_state_rows(spark, checkpoint_location, operator_id, batch_id):
         if state_row is None:
             continue
         result.update(decode_state_row(StateRow.from_row(state_row), descriptors, state_storage))
