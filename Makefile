@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(PY)
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 PYTEST_ARGS ?=
 
-.PHONY: venv test demo bench kafka-jars broker clean
+.PHONY: venv test compat demo bench kafka-jars broker clean
 
 $(VENV)/.installed: pyproject.toml setup.py keyedstate/_fastpath.c
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
@@ -22,8 +22,16 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
+# The whole suite on the pinned PySpark, then the compatibility job.
 test: venv kafka-jars
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory compat
+
+# A subset of the suite on PySpark 3.5.x and 4.0.x (each in its own virtualenv under .cache/compat, rebuilt when
+# pyproject.toml changes) and through Spark Connect: scripts/compat.sh. COMPAT_ARGS: e.g. "spark35" for one run.
+COMPAT_ARGS ?=
+compat: venv
+	PY=$(PY) PYTHON_BOOTSTRAP=$(PYTHON_BOOTSTRAP) bash scripts/compat.sh $(COMPAT_ARGS)
 
 demo: venv
 	$(PY) -m examples.demo
