@@ -67,9 +67,10 @@ run_subset() {  # label python remote pytest-args...
 
 # Both virtualenvs are built first, side by side (downloading and unpacking PySpark is most of it).
 builds=()
+lines=()
 for run in "${RUNS[@]}"; do
     case "$run" in
-        spark35 | spark40) compat_venv "$run" > /dev/null & builds+=($!) ;;
+        spark35 | spark40) compat_venv "$run" > /dev/null & builds+=($!); lines+=("$run") ;;
         connect) ;;
         *) echo "unknown run $run (spark35, spark40, connect)" >&2; exit 2 ;;
     esac
@@ -77,11 +78,23 @@ done
 for build in "${builds[@]}"; do wait "$build"; done
 echo "== compat: virtualenvs ready after $SECONDS s"
 
+# The Spark lines run side by side too: much of a Spark test is waiting (JVM start-up, triggers, the exactly-once
+# job's restarts), so two of them share 2 cores with little slowdown. Each line's output is printed when it ends.
+pids=()
+for line in "${lines[@]}"; do
+    run_subset "$line" "$(compat_venv "$line")" "" "${SUBSET[@]}" "${OLDER_SPARK[@]}" > "$COMPAT_DIR/$line.log" 2>&1 &
+    pids+=($!)
+done
+failed=0
+for index in "${!pids[@]}"; do
+    wait "${pids[$index]}" || failed=1
+    cat "$COMPAT_DIR/${lines[$index]}.log"
+done
+[ "$failed" = 0 ]
+
 for run in "${RUNS[@]}"; do
     if [ "$run" = connect ]; then
         run_subset "Spark Connect" "$PY" "local[2]" "${SUBSET[@]}"
-    else
-        run_subset "$run" "$(compat_venv "$run")" "" "${SUBSET[@]}" "${OLDER_SPARK[@]}"
     fi
 done
 echo "== compat: all runs passed in $SECONDS s"
