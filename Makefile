@@ -9,7 +9,7 @@ export PYSPARK_DRIVER_PYTHON := $(PY)
 export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-long demo bench kafka-jars s3proxy-jar broker clean
+.PHONY: venv test test-long compat demo bench kafka-jars s3proxy-jar broker clean
 
 $(VENV)/.installed: pyproject.toml setup.py keyedstate/_fastpath.c
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
@@ -22,15 +22,23 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
+# The suite on the pinned PySpark (without the tests marked long), then the compatibility job.
 test: venv kafka-jars s3proxy-jar
 	$(PY) -m pytest -m "not long" $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory compat
 
-# Tests that take minutes each (executor loss on a local cluster, 300-batch runs): CI runs them as a separate job.
+# Tests that take minutes each (executor loss on a local cluster, 300-batch runs).
 test-long: venv kafka-jars s3proxy-jar
 	$(PY) -m pytest -m long $(PYTEST_ARGS)
 
 s3proxy-jar:
 	bash scripts/s3proxy.sh fetch
+
+# A subset of the suite on PySpark 3.5.x and 4.0.x (each in its own virtualenv under .cache/compat, rebuilt when
+# pyproject.toml changes) and through Spark Connect: scripts/compat.sh. COMPAT_ARGS: e.g. "spark35" for one run.
+COMPAT_ARGS ?=
+compat: venv
+	PY=$(PY) PYTHON_BOOTSTRAP=$(PYTHON_BOOTSTRAP) bash scripts/compat.sh $(COMPAT_ARGS)
 
 demo: venv
 	$(PY) -m examples.demo

@@ -28,6 +28,7 @@ __all__ = [
     "InvalidTimestampError",
     "UserFunctionError",
     "InvalidOutputError",
+    "UnsupportedSparkVersionError",
 ]
 
 
@@ -118,3 +119,7 @@ class FunctionShippingError(ConfigurationError):
 
 class InvalidOutputError(KeyedStateError, TypeError):
     """A function produced something that is not an output record."""
+
+
+class UnsupportedSparkVersionError(KeyedStateError, RuntimeError):
+    """A feature needs a newer Spark, or the installed PySpark does not work with the installed pyarrow."""

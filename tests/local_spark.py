@@ -1,26 +1,67 @@
 """The one local Spark session configuration of the test suite (tests/spark and tests/connectors share a session:
-``getOrCreate`` returns the first one built, so every suite must ask for the same settings)."""
+``getOrCreate`` returns the first one built, so every suite must ask for the same settings).
+
+``KEYEDSTATE_TEST_SPARK_REMOTE=local[2]`` makes it a Spark Connect session instead: the compatibility job
+(scripts/compat.sh) runs a subset of the suite through Spark Connect that way. A Connect client cannot share a
+process with a classic session, so the whole pytest run is either one or the other."""
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
+
+REMOTE_ENV = "KEYEDSTATE_TEST_SPARK_REMOTE"
+_CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
 def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests") -> Any:
     """``local[2]`` with 2 shuffle partitions, no UI, a 1 GiB driver and a 30 s stop timeout for streaming queries."""
+    conf = {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.ui.enabled": "false",
+        "spark.sql.warehouse.dir": str(warehouse_dir),
+        "spark.driver.memory": "1g",
+        "spark.sql.streaming.stopTimeout": "30000",
+    }
+    remote = os.environ.get(REMOTE_ENV)
+    if remote:
+        session = local_connect_session(remote, app_name, conf)
+    else:
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.master("local[2]").appName(app_name)
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+    session.conf.set("spark.sql.shuffle.partitions", "2")  # a session built earlier may have been changed since
+    return session
+
+
+def local_connect_session(master: str, app_name: str, conf: dict[str, str]) -> Any:
+    """A Spark Connect client session of a Connect server this process starts with ``master`` on a free port.
+
+    ``SparkSession.builder.remote("local[2]")`` does the same on the fixed port 15002, which a second such process
+    on the machine (the exactly-once job the tests start and kill, another test run) cannot bind."""
     from pyspark.sql import SparkSession
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.warehouse.dir", str(warehouse_dir))
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.stopTimeout", "30000")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    session.conf.set("spark.sql.shuffle.partitions", "2")  # a session built earlier may have been changed since
+    from keyedstate.spark.compat import is_connect_session
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    os.environ.pop("SPARK_CONNECT_MODE_ENABLED", None)  # inherited from a parent process that is a Connect client
+    builder = (SparkSession.builder.master(master).appName(app_name).config("spark.plugins", _CONNECT_PLUGIN)
+               .config("spark.connect.grpc.binding.port", str(port)))
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    builder.getOrCreate().sparkContext.setLogLevel("ERROR")  # the server, in this process
+
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # pyspark.sql.functions build Connect columns from now on
+    session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    assert is_connect_session(session)
     return session

@@ -20,6 +20,13 @@ import json
 import logging
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
+from keyedstate.spark.compat import PYTHON_STREAMING_READ_LIMITS, require_spark
+
+# Before pyspark.sql.datasource is imported: on older Spark that import fails without saying what is needed.
+require_spark(PYTHON_STREAMING_READ_LIMITS, "The keyedstate-kafka source (a Python streaming data source with read "
+              "limits)", "Spark's built-in Kafka source (format('kafka')) works on older Spark but commits no "
+              "consumer-group offsets")
+
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType

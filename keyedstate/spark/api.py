@@ -27,7 +27,7 @@ from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import MAX_MAX_PARALLELISM
-from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, shuffle_partitions
+from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_function import (
     EVENT_TIME,
@@ -196,6 +196,7 @@ def apply_in_pandas_with_state_args(
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
     output mode, timeout conf). The keyword arguments are :func:`keyed_process`'s."""
+    check_arrow()
     if not isinstance(function, KeyedProcessFunction):
         raise ConfigurationError(
             f"function must be a KeyedProcessFunction instance, got {type(function).__qualname__}"

@@ -1,7 +1,8 @@
-"""Every PySpark version difference keyedstate depends on, in one place.
+"""Every PySpark version (and Spark Connect) difference keyedstate depends on, in one place.
 
 keyedstate.spark sticks to APIs PySpark 3.5 already has (applyInPandasWithState, xxhash64, pmod, unix_millis,
-GroupState); where 4.x differs, the difference is handled here.
+GroupState); where 4.x or a Spark Connect session differs, the difference is handled here. docs/operations.md has
+the support matrix these checks implement.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import pyspark
+
+from keyedstate.errors import UnsupportedSparkVersionError
 
 __all__ = [
     "PYSPARK_VERSION",
@@ -20,9 +23,63 @@ __all__ = [
     "shuffle_partitions",
     "watermark_or_none",
     "GROUP_STATE_TIMEOUT",
+    "STATE_DATA_SOURCE",
+    "PYTHON_DATA_SOURCE",
+    "PYTHON_STREAMING_READ_LIMITS",
+    "require_spark",
+    "check_arrow",
+    "read_state_rows",
+    "is_connect_session",
 ]
 
 PYSPARK_VERSION = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
+
+#: ``spark.read.format("statestore")`` (Spark's state data source).
+STATE_DATA_SOURCE = (4, 0)
+#: ``pyspark.sql.datasource`` (Python data sources, batch and streaming readers and writers).
+PYTHON_DATA_SOURCE = (4, 0)
+#: ``pyspark.sql.streaming.datasource`` (read limits and Trigger.AvailableNow for Python streaming readers).
+PYTHON_STREAMING_READ_LIMITS = (4, 2)
+
+# The first pyarrow each Spark line breaks with (PySpark 3.5's Arrow serializer fails inside applyInPandasWithState
+# with pyarrow 26); the spark35 extra of pyproject.toml pins below it.
+_PYARROW_BREAKS = {(3, 5): (26, 0)}
+_EXTRA_OF_LINE = {(3, 5): "spark35"}
+
+
+def _version_text(version: tuple[int, ...]) -> str:
+    return ".".join(map(str, version))
+
+
+def require_spark(minimum: tuple[int, int], feature: str, alternative: str = "") -> None:
+    """Raise :class:`UnsupportedSparkVersionError` unless the installed PySpark is at least ``minimum``."""
+    if PYSPARK_VERSION >= minimum:
+        return
+    raise UnsupportedSparkVersionError(
+        f"{feature} needs Spark {_version_text(minimum)} or newer, and this is PySpark {pyspark.__version__}. "
+        f"Upgrade (pip install 'pyspark>={_version_text(minimum)}', or a runtime with Spark "
+        f"{_version_text(minimum)}+){'; ' + alternative if alternative else ''}. The support matrix is in "
+        f"docs/operations.md"
+    )
+
+
+def check_arrow() -> None:
+    """Refuse a pyarrow the installed PySpark breaks with, naming the versions that work."""
+    import pyarrow
+
+    below = _PYARROW_BREAKS.get(PYSPARK_VERSION)
+    arrow = tuple(int(part) for part in pyarrow.__version__.split(".")[:2])
+    if below is not None and arrow >= below:
+        raise UnsupportedSparkVersionError(
+            f"PySpark {pyspark.__version__} does not work with pyarrow {pyarrow.__version__} (its Arrow serializer "
+            f"fails inside applyInPandasWithState); install pyarrow<{_version_text(below)}, e.g. pip install "
+            f"'keyedstate[{_EXTRA_OF_LINE[PYSPARK_VERSION]}]', which pins a working set (docs/operations.md)"
+        )
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` (a session, or a DataFrame's) is a Spark Connect client session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def _group_state_timeout() -> Any:
@@ -91,3 +148,35 @@ def watermark_or_none(group_state: Any) -> Optional[int]:
         return int(group_state.getCurrentWatermarkMs())
     except Exception:  # PySparkRuntimeError in 3.5 and 4.x alike; the class moved between versions
         return None
+
+
+def state_rows_frame(spark: Any, checkpoint_location: str, operator_id: int, batch_id: Optional[int],
+                     feature: str) -> Any:
+    """The state rows of a flatMapGroupsWithState-like operator as of ``batch_id`` (default: the last committed
+    batch) as a DataFrame with the columns ``format, key_groups, state, timers, base_snapshot, tag`` (all null for
+    a removed state): Spark's state data source, Spark 4.0+."""
+    require_spark(STATE_DATA_SOURCE, feature, "on Spark 3.5, read_keyed_state reads the state into the driver")
+    reader = spark.read.format("statestore").option("operatorId", operator_id)
+    if batch_id is not None:
+        reader = reader.option("batchId", batch_id)
+    frame = reader.load(checkpoint_location)
+    # Spark's state format 2 nests the user's state row as value.groupState next to the timeout.
+    column = "value.groupState" if "groupState" in frame.schema["value"].dataType.fieldNames() else "value"
+    return frame.select(f"{column}.*")
+
+
+def read_state_rows(spark: Any, checkpoint_location: str, operator_id: int, batch_id: Optional[int]) -> list[Any]:
+    """The state rows (``format, key_groups, state, timers, base_snapshot, tag``; None for a removed state) of a
+    flatMapGroupsWithState-like operator as of ``batch_id`` (default: the last committed batch), on the driver.
+
+    Spark 4.0+ has the state data source; on 3.5 (classic sessions only) the state store is read through Spark's
+    own state store provider classes, so every provider and its file format are read by Spark itself."""
+    if PYSPARK_VERSION >= STATE_DATA_SOURCE:
+        rows = state_rows_frame(spark, checkpoint_location, operator_id, batch_id, "read_keyed_state").collect()
+        return [None if row[0] is None else row for row in rows]
+    if is_connect_session(spark):
+        require_spark(STATE_DATA_SOURCE, "read_keyed_state through Spark Connect",
+                      "on Spark 3.5, read the checkpoint from a classic (non-Connect) SparkSession")
+    from keyedstate.spark.jvm_state_store import read_group_state_rows
+
+    return read_group_state_rows(spark, checkpoint_location, operator_id, batch_id)

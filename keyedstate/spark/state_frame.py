@@ -23,7 +23,8 @@ from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark.row_format import StateRow
-from keyedstate.spark.state_reader import decode_state_row, state_rows_frame
+from keyedstate.spark.compat import state_rows_frame
+from keyedstate.spark.state_reader import decode_state_row
 from keyedstate.state.descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor
 
 __all__ = ["read_keyed_state_frame", "TIMERS_STATE", "spark_type_of"]
@@ -106,7 +107,7 @@ def read_keyed_state_frame(
     ``keyed_process``."""
     from keyedstate.spark.api import _schema
 
-    rows = state_rows_frame(spark, checkpoint_location, batch_id=batch_id, operator_id=operator_id)
+    rows = state_rows_frame(spark, checkpoint_location, operator_id, batch_id, "read_keyed_state_frame")
     descriptors = tuple(descriptors)
     if key_schema is None:
         key_fields = _inferred_key_fields(rows, descriptors, state_storage, state_storage_options)

@@ -1,6 +1,7 @@
 """Read the keyed state of a keyed_process query back from its checkpoint (for tests, debugging, audits).
 
-Uses Spark's state data source (``spark.read.format("statestore")``, Spark 4.0+) to get the key-group rows, then
+Gets the key-group rows from Spark's state store (:func:`keyedstate.spark.compat.read_state_rows`: the state data
+source on Spark 4.0+, Spark's state store classes on 3.5), then
 decodes every key's state and timers: from the row itself in row mode, and in RocksDB mode from the version the
 row names (its base snapshot and changelogs, restored into a temporary database and verified like any restore).
 """
@@ -14,6 +15,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.spark.compat import read_state_rows
 from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
@@ -21,7 +23,7 @@ from keyedstate.state.descriptors import StateDescriptor
 from timers import decode_key_group_blob
 from timers.codec import decode_record
 
-__all__ = ["read_keyed_state", "decode_state_row", "state_rows_frame"]
+__all__ = ["read_keyed_state", "decode_state_row"]
 
 _PICKLE = PickleValueCodec()
 
@@ -108,19 +110,6 @@ def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descript
             backend.close()
 
 
-def state_rows_frame(spark: Any, checkpoint_location: str, *, batch_id: Optional[int] = None,
-                     operator_id: int = 0) -> Any:
-    """The query's key-group state rows (columns of ``STATE_ROW_SCHEMA_DDL``) via Spark's state data source."""
-    reader = spark.read.format("statestore").option("operatorId", operator_id)
-    if batch_id is not None:
-        reader = reader.option("batchId", batch_id)
-    frame = reader.load(checkpoint_location)
-    value_type = frame.schema["value"].dataType
-    # Spark's state format 2 nests the user's state row as value.groupState next to the timeout.
-    column = "value.groupState" if "groupState" in value_type.fieldNames() else "value"
-    return frame.select(f"{column}.*")
-
-
 def read_keyed_state(
     spark: Any,
     checkpoint_location: str,
@@ -137,10 +126,9 @@ def read_keyed_state(
     mode: the state files are read where the query wrote them; ``state_storage`` overrides that location (the
     ``<state_storage>/<query id>/<uid>`` directory) when they were moved; ``state_storage_options`` are
     keyed_process's (credentials and endpoint of ``s3://`` storage)."""
-    rows = state_rows_frame(spark, checkpoint_location, batch_id=batch_id, operator_id=operator_id)
     result: dict[Any, dict[str, Any]] = {}
-    for state_row in rows.collect():
-        if state_row[0] is None:
+    for state_row in read_state_rows(spark, checkpoint_location, operator_id, batch_id):
+        if state_row is None:
             continue
         result.update(decode_state_row(StateRow.from_row(state_row), descriptors, state_storage,
                                        state_storage_options))

@@ -94,15 +94,21 @@ def main() -> int:
 
     from keyedstate.spark import keyed_process
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("exactly-once-job")
-        .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-        .config("spark.sql.streaming.stateStore.providerClass", provider)
-        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    conf = {
+        "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
+        "spark.sql.streaming.stateStore.providerClass": provider,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    }
+    if os.environ.get("KEYEDSTATE_TEST_SPARK_REMOTE"):  # the compatibility job's Spark Connect run
+        from tests.local_spark import local_connect_session
+
+        spark = local_connect_session(master, "exactly-once-job", conf)
+    else:
+        builder = SparkSession.builder.master(master).appName("exactly-once-job")
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
     source = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(f"{base}/in")
               .withWatermark("ts", "0 seconds"))
     output = keyed_process(source, ["user"], CountingWithPause(base), OUTPUT, event_time_column="ts", num_key_groups=7,
