@@ -22,10 +22,15 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
-# The suite on the pinned PySpark (without the tests marked long), then the compatibility job.
+# The suite on the pinned PySpark (without the tests marked long), with the compatibility job running beside it:
+# both spend much of their time waiting on Spark, so together they take little more than the suite alone.
 test: venv kafka-jars s3proxy-jar
-	$(PY) -m pytest -m "not long" $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory compat
+	@mkdir -p .cache
+	@$(MAKE) --no-print-directory compat > .cache/compat.log 2>&1 & compat=$$!; \
+	$(PY) -m pytest -m "not long" $(PYTEST_ARGS); suite=$$?; \
+	wait $$compat; compat=$$?; \
+	echo "---- make compat (ran beside the suite; log in .cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
+	[ $$suite -eq 0 ] && [ $$compat -eq 0 ]
 
 # Tests that take minutes each (executor loss on a local cluster, 300-batch runs).
 test-long: venv kafka-jars s3proxy-jar

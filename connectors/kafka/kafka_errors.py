@@ -101,6 +101,12 @@ def is_fenced(exc: BaseException | KafkaError | None) -> bool:
     return err is not None and err.code() in _FENCED
 
 
+def is_generic_fatal(exc: BaseException | KafkaError | None) -> bool:
+    """librdkafka's ``_FATAL``: the client failed fatally before this call; the cause comes with a later call."""
+    err = kafka_error_of(exc)
+    return err is not None and err.code() == KafkaError._FATAL
+
+
 def is_retriable_txn_error(exc: BaseException | KafkaError | None) -> bool:
     """A transactional call (init/commit/send offsets) that may simply be repeated: librdkafka marks it retriable
     (coordinator moving, timeout) and the transaction itself is still intact."""

@@ -225,8 +225,10 @@ class _TransactionalWrite:
                                                              self.timeout_s), "writing (adding the progress marker)")
             self._retry_in_transaction(lambda: producer.commit_transaction(self.timeout_s),
                                        "writing (committing the transaction)")
-        except Exception as exc:  # noqa: BLE001 - aborted, then re-raised as our error
-            self._abort(producer, exc)
+        except Exception as failure:  # noqa: BLE001 - aborted, then re-raised as our error
+            abort_failure = self._abort(producer, failure)
+            # librdkafka's generic fatal error names its cause only on the next call: here, the abort
+            exc = abort_failure if kafka_errors.is_generic_fatal(failure) and abort_failure is not None else failure
             if kafka_errors.is_fenced(exc) and time.monotonic() - started > self.opts.transaction_timeout_ms / 1000:
                 raise TransactionTimeoutError(
                     f"the transaction of {self.transactional_id} ran {time.monotonic() - started:.1f} s, longer than "
@@ -253,13 +255,16 @@ class _TransactionalWrite:
             self.budget.succeeded()
             return
 
-    def _abort(self, producer: Producer, cause: BaseException) -> None:
-        """Abort the open transaction if librdkafka still allows it; a fenced or fatal producer's transaction is
-        aborted by the next attempt's ``init_transactions`` (or by ``transaction.timeout.ms``)."""
+    def _abort(self, producer: Producer, cause: BaseException) -> Optional[BaseException]:
+        """Abort the open transaction if librdkafka still allows it (a fenced or fatal producer's transaction is
+        aborted by the next attempt's ``init_transactions``, or by ``transaction.timeout.ms``); returns the abort's
+        own failure, if any."""
         err = kafka_errors.kafka_error_of(cause)
         if err is not None and err.fatal():
-            return
+            return None
         try:
             producer.abort_transaction(self.timeout_s)
         except Exception as exc:  # noqa: BLE001 - the original failure is what matters
             log.warning("aborting the transaction of %s after %s failed too: %s", self.transactional_id, cause, exc)
+            return exc
+        return None

@@ -195,3 +195,17 @@ def test_a_broker_restart_during_a_write_leaves_the_batch_exactly_once(kafka_bro
     retried = write_task(opts, iter(_rows(values)), SinkTask("q", 0, 0, attempt=2))
     assert retried.already_written
     assert _values(bs, topic) == sorted(values)
+
+
+def test_a_generic_fatal_error_is_explained_by_the_call_after_it():
+    """librdkafka reports a producer fenced mid-write as _FATAL on produce(); the abort that follows names _FENCED,
+    and that is the cause the sink reports (ProducerFencedError, not a generic request failure)."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from connectors.kafka import kafka_errors
+
+    generic = KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error"))
+    fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced by newer producer instance", fatal=True))
+    assert kafka_errors.is_generic_fatal(generic) and not kafka_errors.is_fenced(generic)
+    assert not kafka_errors.is_generic_fatal(fenced) and kafka_errors.is_fenced(fenced)
+    assert type(kafka_errors.translate(fenced, brokers="b", topic="t", action="writing")).__name__ == "ProducerFencedError"
