@@ -41,18 +41,28 @@ stamp() { cat pyproject.toml setup.py | sha256sum | cut -c1-16; }
 
 # A virtualenv with the package and its `extra` pins, as a user would install them (not editable: the wheel build is
 # part of what is checked). The tests import keyedstate from the checkout (PYTHONPATH), the dependencies from here.
+venv_ready() { [ -f "$COMPAT_DIR/$1/.installed-$(stamp)" ]; }
+
 compat_venv() {
-    local extra=$1 venv="$COMPAT_DIR/$1" marker
-    marker="$venv/.installed-$(stamp)"
-    if [ ! -f "$marker" ]; then
+    local extra=$1 venv="$COMPAT_DIR/$1"
+    if ! venv_ready "$extra"; then
         rm -rf "$venv"
         "$PYTHON_BOOTSTRAP" -m venv "$venv"
         "$venv/bin/python" -m pip install --quiet --upgrade pip
-        "$venv/bin/python" -m pip install --quiet ".[$extra,test]"
-        touch "$marker"
+        "$venv/bin/python" -m pip install --quiet "$(echo "$COMPAT_DIR"/wheel/keyedstate-*.whl)[$extra,test]"
+        touch "$venv/.installed-$(stamp)"
     fi
     echo "$venv/bin/python"
 }
+
+# One wheel for both virtualenvs: two builds in the checkout at once would share its build/ directory.
+for run in "${RUNS[@]}"; do
+    if [ "$run" != connect ] && ! venv_ready "$run"; then
+        rm -rf "$COMPAT_DIR/wheel"
+        "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$COMPAT_DIR/wheel" .
+        break
+    fi
+done
 
 run_subset() {  # label python remote pytest-args...
     local label=$1 python=$2 remote=$3 started=$SECONDS
