@@ -26,7 +26,7 @@ kafka-jars: venv
 # both spend much of their time waiting on Spark, so together they take little more than the suite alone.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
-	@$(MAKE) --no-print-directory compat > .cache/compat.log 2>&1 & compat=$$!; \
+	@COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1 & compat=$$!; \
 	$(PY) -m pytest -m "not long" $(PYTEST_ARGS); suite=$$?; \
 	wait $$compat; compat=$$?; \
 	echo "---- make compat (ran beside the suite; log in .cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
