@@ -259,7 +259,7 @@ def _state_section(run: dict) -> list[str]:
                   f"| raw+codec: raw get+put plus the default codec (ceiling for any store) | "
                   f"{info['ratio_median[raw+codec]']:.2f}x |",
                   f"| RocksDB value store get/put | {info['ratio_median[store]']:.2f}x |",
-                  f"| **ValueState set_current_key + value()+update(), key changed every operation** | "
+                  f"| **ValueState value()+update(), key changed every operation (as between key runs)** | "
                   f"**{info['ratio_median[state]']:.2f}x** |"]
         if "ratio_median[state_one_key]" in info:
             lines.append("| ValueState value()+update() on one key (the write-back memo serves it) | "
