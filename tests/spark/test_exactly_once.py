@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark.conftest import DEFAULT_PROVIDER, ROCKSDB_PROVIDER
 from tests.spark.file_stream import wait_until, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -69,17 +70,23 @@ def results(spark, base: Path):
 
 @pytest.fixture(scope="module")
 def uninterrupted(spark, tmp_path_factory):
-    from tests.spark.conftest import DEFAULT_PROVIDER
-
     base = tmp_path_factory.mktemp("uninterrupted")
     write_all_input(base)
     run_to_completion(base, DEFAULT_PROVIDER)
     return results(spark, base)
 
 
+# Each state backend once, each of Spark's state store providers once: the four combinations cost four minutes of
+# CI and add no path the two do not take (the compatibility job runs the first pair on every other Spark line).
+PROVIDER_AND_BACKEND = [
+    pytest.param(ROCKSDB_PROVIDER, "heap", id="rocksdb-store-heap"),
+    pytest.param(DEFAULT_PROVIDER, "rocksdb", id="default-store-rocksdb"),
+]
+
+
+@pytest.mark.parametrize("state_store_provider, backend", PROVIDER_AND_BACKEND)
 def test_sigkill_at_three_points_then_restart_gives_the_uninterrupted_result(spark, tmp_path, uninterrupted,
-                                                                           state_store_provider, state_backend):
-    backend = state_backend["state_backend"]
+                                                                           state_store_provider, backend):
     write_all_input(tmp_path)
     marker = tmp_path / "paused"
 
@@ -113,8 +120,6 @@ def test_sigkill_at_three_points_then_restart_gives_the_uninterrupted_result(spa
 
 def test_a_task_attempt_that_fails_after_writing_state_is_retried_from_the_committed_state(spark, tmp_path,
                                                                                           uninterrupted, state_backend):
-    from tests.spark.conftest import ROCKSDB_PROVIDER
-
     write_all_input(tmp_path)
     process = start_job(tmp_path, ROCKSDB_PROVIDER, state_backend["state_backend"], FAIL_BATCH="3")
     assert process.wait(timeout=600) == 0, (tmp_path / "job.log").read_text()[-3000:]
