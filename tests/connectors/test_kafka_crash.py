@@ -21,7 +21,7 @@ from kafka_helpers import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
 APP = Path(__file__).with_name("kafka_driver_app.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from typing import Optional
 import pytest
 from kafka_helpers import create_topic, read_committed, spark_batch_end, spark_log_batches, unique, wait_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
 APP = Path(__file__).with_name("kafka_sink_driver_app.py")
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ import pytest
 from tests.spark.conftest import DEFAULT_PROVIDER, ROCKSDB_PROVIDER
 from tests.spark.file_stream import wait_until, write_input
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
 JOB = Path(__file__).with_name("exactly_once_job.py")
 T0 = 1_704_067_200_000
