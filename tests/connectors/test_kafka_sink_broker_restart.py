@@ -39,8 +39,9 @@ def _pause_midway(batches, markers: Path):
     rows = [b.slice(i, 1) for b in batches for i in range(b.num_rows)]
     half = len(rows) // 2
     yield from rows[:half]
-    time.sleep(1)  # librdkafka sends them (linger.ms) into the open transaction
-    (markers / "paused").write_text(str(half))
+    produced = [v.decode() if isinstance(v, bytes) else v for r in rows[:half] for v in r.column("value").to_pylist()]
+    (markers / ".paused").write_text(" ".join(produced))
+    (markers / ".paused").rename(markers / "paused")
     deadline = time.monotonic() + 300
     while not (markers / "resume").exists() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -48,7 +49,7 @@ def _pause_midway(batches, markers: Path):
 
 
 def _pausing_in_batch_0(iterator, markers: Path):
-    """The rows of this task; for the first attempt of partition 0 of batch 0, paused halfway."""
+    """The rows of this task; the first time partition 0 of batch 0 is written, paused halfway."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -107,6 +108,10 @@ def test_a_broker_restart_during_a_spark_write_keeps_the_output_exactly_once(spa
     try:
         wait_for(lambda: (markers / "paused").exists() or not query.isActive, 120, "batch 0 to be writing")
         assert query.isActive, query.exception()
+        produced = set((markers / "paused").read_text().split())
+        wait_for(lambda: produced <= {v.decode() for _, _, v, _ in
+                                      read_committed(bs, out, isolation="read_uncommitted")},
+                 60, "the first half to reach the broker, inside the open transaction")
         kafka_broker.stop_node(0, kill=True)
         kafka_broker.start_node(0)
         (markers / "resume").write_text("go")
