@@ -96,7 +96,9 @@ class KafkaSinkOptions:
         budget = self.broker_retry_timeout_ms
         if transactional_id is not None:
             budget = min(budget, self.transaction_timeout_ms)
-        conf.setdefault("message.timeout.ms", str(max(budget, 1)))
+        if "message.timeout.ms" not in conf and "delivery.timeout.ms" not in conf:
+            # (librdkafka applies the later of two aliases: a default added after the user's alias would win)
+            conf["message.timeout.ms"] = str(max(budget, 1))
         if on_delivery_error is not None:
             # Only failures call back into Python: a callback per delivered record costs more than producing it.
             conf["on_delivery"] = on_delivery_error

@@ -219,13 +219,16 @@ class CommitMonitor:
             self._stop.wait(0.05)
 
 
-def read_committed(bootstrap: str, topic: str, timeout: float = 60.0) -> list[tuple[int, Optional[bytes], bytes, list]]:
+def read_committed(bootstrap: str, topic: str, timeout: float = 60.0, isolation: str = "read_committed"
+                   ) -> list[tuple[int, Optional[bytes], bytes, list]]:
     """Every record of ``topic`` a ``read_committed`` consumer sees: (partition, key, value, headers), read up to
-    each partition's last stable offset (an open transaction stops the read there, as it stops real consumers)."""
+    each partition's last stable offset (an open transaction stops the read there, as it stops real consumers).
+    ``isolation="read_uncommitted"`` reads everything in the log instead, records of open and aborted transactions
+    included."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": unique("reader"), "enable.auto.commit": "false",
-                  "isolation.level": "read_committed", "enable.partition.eof": "true", "logger": _QUIET})
+                  "isolation.level": isolation, "enable.partition.eof": "true", "logger": _QUIET})
     try:
         parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
         c.assign([TopicPartition(topic, p, -2) for p in parts])  # -2 = beginning

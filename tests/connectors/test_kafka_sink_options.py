@@ -31,6 +31,14 @@ def test_at_least_once_needs_no_prefix_and_uses_the_retry_budget_as_delivery_tim
     assert "transactional.id" not in conf and conf["message.timeout.ms"] == "5000"
 
 
+def test_a_delivery_timeout_given_under_its_alias_is_not_replaced_by_the_retry_budget():
+    # delivery.timeout.ms is librdkafka's alias of message.timeout.ms, and of two aliases the later one applies: a
+    # default message.timeout.ms added after the user's value would silently replace it
+    opts = parse_sink_options({**BASE, "kafka.delivery.timeout.ms": "5000"})
+    conf = opts.producer_config(opts.transactional_id("query-id", 0))
+    assert conf["delivery.timeout.ms"] == "5000" and "message.timeout.ms" not in conf
+
+
 def test_the_marker_consumer_gets_connection_properties_but_not_producer_ones():
     opts = parse_sink_options({**BASE, "kafka.security.protocol": "SSL", "kafka.linger.ms": "50"})
     conf = opts.marker_consumer_config("g")
