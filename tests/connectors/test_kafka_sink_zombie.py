@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 from kafka_helpers import create_topic, produce, read_committed, unique, wait_for
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
 APP = Path(__file__).with_name("kafka_sink_zombie_app.py")
 ROOT = Path(__file__).resolve().parents[2]
