@@ -315,7 +315,9 @@ class KeyedStateBackend(ABC):
     def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
         """Every (stored key, serialized entry) of a state in the shared layout, ascending by stored key."""
 
-    # ---- one key group's records: the save/restore step of Spark's row mode --------------------------------------
+    # ---- saving and restoring key groups (keyedstate.state.key_groups: Spark's state modes and the harness) -------
+    # Row mode (format 1) moves records in the shared layout; RocksDB mode (format 2) stores recorded changes and
+    # RocksDB checkpoints, which only a backend that records its writes has (the others raise).
 
     @abstractmethod
     def export_records(self) -> list[tuple["StateMetadata", list[tuple[bytes, bytes]]]]:
@@ -335,6 +337,37 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def count_keys_with_state(self) -> int:
         """How many (key, namespace) pairs hold an entry in at least one state."""
+
+    @abstractmethod
+    def raw_column_names(self) -> list[str]:
+        """Names of every raw column that exists (created, or restored)."""
+
+    @abstractmethod
+    def prepare_snapshot(self) -> None:
+        """Before a snapshot is saved: run the pre-snapshot hooks (timer services flush into their raw columns) and
+        drop expired entries of TTL states that ask for cleanup in background or at full snapshots."""
+
+    def take_changes(self) -> Any:
+        """The writes since the last call (a :class:`~keyedstate.state.rocksdb.changelog.ChangeLog`)."""
+        raise self._no_change_log("take_changes")
+
+    def replay(self, changes: Any) -> None:
+        """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` (not recorded again)."""
+        raise self._no_change_log("replay")
+
+    def is_empty(self) -> bool:
+        """Whether no state and no raw column holds an entry."""
+        raise self._no_change_log("is_empty")
+
+    def checkpoint(self, target: str) -> None:
+        """A RocksDB checkpoint of the backend's database in ``target``."""
+        raise self._no_change_log("checkpoint")
+
+    def _no_change_log(self, method: str) -> Exception:
+        return ConfigurationError(
+            f"{method}() needs a backend that records its writes (RocksDB); the {self.backend_kind} backend stores "
+            f"key groups as whole rows (export_records / load_stored_records)"
+        )
 
     @abstractmethod
     def cleanup_expired_state(self) -> int:

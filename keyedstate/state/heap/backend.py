@@ -192,6 +192,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._restored_metadata.clear()
         self.clear_current_key()
 
+    def prepare_snapshot(self) -> None:
+        self._run_pre_snapshot_hooks()  # timers flush into their raw column here
+        now = self.ttl_clock()
+        for registered in self._states.values():
+            ttl = registered.descriptor.ttl_config
+            if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot):
+                _remove_expired(registered.descriptor.kind, registered.store.data, now - ttl.ttl_millis)
+
     # ---- keys, cleanup -------------------------------------------------------------------------------------------
 
     def iter_keys(self, state_name: str) -> Iterator[Any]:

@@ -16,6 +16,7 @@ from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlC
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_of, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
+from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.errors import translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
@@ -26,7 +27,7 @@ __all__ = ["RocksDBKeyedStateBackend"]
 
 logger = logging.getLogger("keyedstate.state.rocksdb")
 
-_METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
+METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
 _TTL_PREFIX_BYTES = 8
 _CLEANUP_BATCH = 10_000
 # Every stored key starts with a 2-byte key group < 0xffff (max parallelism is at most 32768).
@@ -57,8 +58,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         options: Optional[RocksDBOptions] = None,
         checkpoint_storage: Any = None,
         scope: Optional[str] = None,
+        record_changes: Optional[bool] = None,
     ) -> None:
         super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
+        if record_changes is not None:
+            self.record_changes = record_changes
         self.path = os.path.abspath(os.fspath(path))
         self.options = options or RocksDBOptions()
         self.checkpoint_storage = checkpoint_storage
@@ -118,8 +122,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _stored_metadata(self) -> Iterator[StateMetadata]:
         """The metadata of every state the database describes (registered or not)."""
-        for key, value in self._database.db.items(from_key=_METADATA_PREFIX):
-            if not key.startswith(_METADATA_PREFIX):
+        for key, value in self._database.db.items(from_key=METADATA_PREFIX):
+            if not key.startswith(METADATA_PREFIX):
                 break
             yield StateMetadata.from_json(json.loads(value))
 
@@ -134,7 +138,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _put_metadata(self, name: str, metadata: bytes) -> None:
         default = self._database.column_families[DEFAULT_CF]
-        key = _METADATA_PREFIX + name.encode()
+        key = METADATA_PREFIX + name.encode()
         if default.get(key) != metadata:  # unchanged metadata is not written again (nor recorded as a change)
             default.put(key, metadata)
 
@@ -217,7 +221,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             database.column_families[name].delete_range(b"", _AFTER_EVERY_KEY)
         for name in list(self._restored_metadata):
             if name not in self._states:
-                database.column_families[DEFAULT_CF].delete(_METADATA_PREFIX + name.encode())
+                database.column_families[DEFAULT_CF].delete(METADATA_PREFIX + name.encode())
         self._restored_metadata.clear()
         for store in self._stores():
             store.bind(database)  # drops what stores cache about the data (list sequences)
@@ -269,6 +273,28 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         if len(batch):
             database.write(batch)
         return removed
+
+    def prepare_snapshot(self) -> None:
+        self._run_pre_snapshot_hooks()  # timers flush, value states write what they kept back
+        self._cleanup_expired(only_snapshot_cleanup=True)
+
+    def take_changes(self) -> ChangeLog:
+        """The writes since the database was opened or the last call (all of its content when not recording)."""
+        self._run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
+        database = self._database
+        return database.take_changes() if database.records_changes else database.contents_as_changes()
+
+    def is_empty(self) -> bool:
+        """Whether no state and no raw column (timers) holds an entry."""
+        self.write_pending_values()
+        return self._database.is_empty()
+
+    def checkpoint(self, target: str) -> None:
+        """A consistent copy of the database in ``target`` (SST files hard-linked); expired TTL entries are removed
+        first, so a base snapshot never carries them."""
+        self._run_pre_snapshot_hooks()
+        self._cleanup_expired(only_snapshot_cleanup=False)
+        self._database.checkpoint(target)
 
     def replay(self, changes: Any) -> None:
         """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
