@@ -186,8 +186,10 @@ class KeyedHarnessBase:
     # ---- snapshots -------------------------------------------------------------------------------------------------
 
     def snapshot(self) -> HarnessSnapshot:
-        """Snapshot state and timers (a checkpoint), as Flink does between two records: every key group with state
-        or timers is saved as the committed row a Spark micro-batch writes (see :mod:`keyedstate.testing.snapshots`)."""
+        """Snapshot state and timers (a checkpoint), as Flink does between two records.
+
+        Every key group with state or timers is saved as the committed row a Spark micro-batch writes for it (see
+        :mod:`keyedstate.testing.snapshots`)."""
         operator = self._operator()
         self._checkpoint_id += 1
         rows = self._store.snapshot(self._checkpoint_id, operator.timer_service)

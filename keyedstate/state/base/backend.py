@@ -2,7 +2,8 @@
 
 A backend holds the state of the key groups in ``key_group_range``. The operator sets the current key before it
 calls user code; every state primitive then reads and writes the current key's state. Backends differ only in how
-they store entries (:mod:`keyedstate.state.base.stores`) and how they snapshot and restore them.
+they store entries (:mod:`keyedstate.state.base.stores`); a key group's state is saved and restored through
+:mod:`keyedstate.state.key_groups` (the committed row of Spark's state modes and of harness snapshots).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from keyedstate.errors import (
     ConfigurationError,
@@ -107,8 +108,8 @@ class RegisteredState:
 class KeyedStateBackend(ABC):
     """State for the key groups in ``key_group_range``, scoped to the current key.
 
-    Not thread-safe: one operator drives one backend, as in Flink (processing, timers and snapshots never run
-    concurrently).
+    Not thread-safe: one operator drives one backend, as in Flink (processing, timers and saving key groups never
+    run concurrently).
     """
 
     backend_kind: str = "abstract"
@@ -372,28 +373,6 @@ class KeyedStateBackend(ABC):
     @abstractmethod
     def cleanup_expired_state(self) -> int:
         """Delete every expired entry of states with TTL; return how many were deleted."""
-
-    @abstractmethod
-    def snapshot(self, checkpoint_id: int) -> Any:
-        """Write a snapshot for ``checkpoint_id`` to the checkpoint storage and return its manifest."""
-
-    @abstractmethod
-    def restore(self, manifests: Sequence[Any]) -> None:
-        """Load the owned key groups from one or more snapshots (several when rescaling)."""
-
-    # ---- the checkpoint listener protocol (keyedstate.checkpoint.CheckpointListener) ------------------------------
-
-    def snapshot_state(self, checkpoint_id: int) -> Any:
-        """Take the snapshot of ``checkpoint_id`` (same as :meth:`snapshot`)."""
-        return self.snapshot(checkpoint_id)
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Nothing to do: a snapshot is durable once its manifest is written, and retention runs as it is written."""
-        logger.debug("checkpoint %d complete", checkpoint_id)
-
-    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
-        """Nothing to undo: an aborted checkpoint's manifest is never restored before a complete one's."""
-        logger.debug("checkpoint %d aborted", checkpoint_id)
 
     def close(self) -> None:
         self._closed = True

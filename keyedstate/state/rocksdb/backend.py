@@ -1,12 +1,10 @@
-"""The RocksDB keyed state backend: state larger than memory, incremental snapshots."""
+"""The RocksDB keyed state backend: state larger than memory; with recorded writes, incremental saves."""
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
-import shutil
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from keyedstate.errors import UnknownStateError
@@ -37,8 +35,8 @@ _AFTER_EVERY_KEY = b"\xff\xff\xff"
 class RocksDBKeyedStateBackend(KeyedStateBackend):
     """Keyed state in a local RocksDB database at ``path`` (one column family per state, WAL off).
 
-    ``checkpoint_storage`` (a :class:`keyedstate.checkpoint.CheckpointStorage`) is needed for :meth:`snapshot`
-    and :meth:`restore`; ``scope`` names this partition's directory in it (default ``kg-<start>-<end>``).
+    With ``record_changes`` every write is also recorded (:meth:`take_changes`): key groups are then saved as the
+    changes since their last save (:mod:`keyedstate.state.key_groups.versioned`).
     """
 
     backend_kind = "rocksdb"
@@ -56,8 +54,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         key_group_range: Optional[KeyGroupRange] = None,
         ttl_clock: TtlClock = system_clock_ms,
         options: Optional[RocksDBOptions] = None,
-        checkpoint_storage: Any = None,
-        scope: Optional[str] = None,
         record_changes: Optional[bool] = None,
     ) -> None:
         super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
@@ -65,21 +61,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self.record_changes = record_changes
         self.path = os.path.abspath(os.fspath(path))
         self.options = options or RocksDBOptions()
-        self.checkpoint_storage = checkpoint_storage
-        self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
-        # sha256 of local SST files by (name, size): SSTs are immutable and a live database never reuses a number.
-        self.sst_checksums: dict[tuple[str, int], str] = {}
         self._value_stores: list[RocksDBValueStore] = []
         self._database = RocksDatabase(self.path, self.options, self.record_changes,
                                        collect_on_close=self.collect_on_close)
-        self._remove_leftover_work_directories()
         self._load_metadata_from_database()
-
-    def _remove_leftover_work_directories(self) -> None:
-        """Snapshot and restore work next to the database (``<path>.snapshot-*``, ``<path>.restore-*``); a process
-        that crashed mid-way leaves them behind. Only the lock holder uses these names, so removing them is safe."""
-        for leftover in glob.glob(glob.escape(self.path) + ".snapshot-*") + glob.glob(glob.escape(self.path) + ".restore-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
 
     # ---- stores --------------------------------------------------------------------------------------------------
 
@@ -303,18 +288,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         changes.apply(self._database)
         self._load_metadata_from_database()  # the changes may describe states the database did not know
 
-    # ---- snapshots -----------------------------------------------------------------------------------------------
-
-    def snapshot(self, checkpoint_id: int) -> Any:
-        from keyedstate.state.rocksdb.snapshot import snapshot_rocksdb_backend
-
-        return snapshot_rocksdb_backend(self, checkpoint_id)
-
-    def restore(self, manifests: Sequence[Any]) -> None:
-        from keyedstate.state.rocksdb.restore import restore_rocksdb_backend
-
-        restore_rocksdb_backend(self, manifests)
-
     def _stores(self) -> list[Any]:
         return [registered.store for registered in self._states.values()] + list(self._raw_columns.values())
 
@@ -338,7 +311,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                                        self.collect_on_close)
         for store in self._stores():
             store.bind(self._database)
-        self.sst_checksums = {}
 
     def close(self) -> None:
         if not self._closed and self._database.is_open:

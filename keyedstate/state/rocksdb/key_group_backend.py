@@ -64,7 +64,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self._database = database
         for store in self._stores():
             store.bind(database)
-        self.sst_checksums = {}
         self._bound_to_database()
 
     def start_recording(self) -> None:

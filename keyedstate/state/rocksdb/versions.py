@@ -19,6 +19,7 @@ which suits object stores (no atomic rename) as well as file systems.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -35,9 +36,8 @@ from keyedstate.errors import SnapshotCorruptedError, SnapshotError
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
-from keyedstate.state.rocksdb.snapshot import sha256_file
 
-__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions"]
+__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "sha256_file"]
 
 logger = logging.getLogger("keyedstate.checkpoint.versions")
 
@@ -111,6 +111,14 @@ class VersionRecord:
                        tuple((int(a), int(b)) for a, b in retired), str(location))
         except Exception as error:
             raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(4 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 class _Where:
