@@ -9,20 +9,12 @@ import os
 
 import pytest
 
-from keyedstate import (
-    AggregateFunction,
-    AggregatingStateDescriptor,
-    KeyedProcessFunction,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    StateTtlConfig,
-    Time,
-    Types,
-    ValueStateDescriptor,
-)
+from keyedstate import KeyedProcessFunction, StateTtlConfig, Time, Types
+from keyedstate.state import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor
+from keyedstate.state import ReducingStateDescriptor, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, UserFunctionError
 from keyedstate.keygroups import key_group_for_key, key_group_range_for_partition
+from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_format import (
     STATE_ROW_FORMAT_FULL,
@@ -34,20 +26,21 @@ from keyedstate.state.key_groups.row_store import RowKeyGroupStore
 from keyedstate.state.rocksdb.versions import SnapshotPolicy, VersionRecord
 from keyedstate.testing import KeyedProcessHarness
 from timers import InternalTimerService
-from keyedstate.state.heap import HeapKeyedStateBackend
 
 MAX_PARALLELISM = 128
 
 
-class Average(AggregateFunction):
+class Distinct(AggregateFunction):
+    """How many distinct numbers were added."""
+
     def create_accumulator(self):
-        return (0, 0)
+        return frozenset()
 
     def add(self, value, accumulator):
-        return (accumulator[0] + value, accumulator[1] + 1)
+        return accumulator | {value % 7}
 
     def get_result(self, accumulator):
-        return accumulator[0] / accumulator[1]
+        return len(accumulator)
 
 
 class EveryState(KeyedProcessFunction):
@@ -68,14 +61,14 @@ class EveryState(KeyedProcessFunction):
                     if self.register_map else None)
         self.sum = runtime_context.get_reducing_state(
             ReducingStateDescriptor("sum", lambda a, b: a + b, Types.LONG()))
-        self.average = runtime_context.get_aggregating_state(
-            AggregatingStateDescriptor("average", Average(), Types.PICKLED_BYTE_ARRAY()))
+        self.distinct = runtime_context.get_aggregating_state(
+            AggregatingStateDescriptor("distinct", Distinct(), Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value, ctx):
         key, number = value
         if number is None:
             yield (key, self.value.value(), self.expiring.value(), sorted(self.list.get() or []),
-                   sorted(self.map.items()) if self.map is not None else None, self.sum.get(), self.average.get())
+                   sorted(self.map.items()) if self.map is not None else None, self.sum.get(), self.distinct.get())
             return
         self.value.update(number)
         self.expiring.update(number)
@@ -83,7 +76,7 @@ class EveryState(KeyedProcessFunction):
         if self.map is not None:
             self.map.put(f"m{number % 3}", number)
         self.sum.add(number)
-        self.average.add(number)
+        self.distinct.add(number)
         ctx.timer_service().register_event_time_timer(10_000 + number)
 
 
@@ -94,6 +87,19 @@ def key_of(index: int) -> str:
 def fill(harness, keys, offset=0):
     for index in range(keys):
         harness.process_element((key_of(index), index + offset))
+
+
+def filled_snapshot(backend_kind, keys):
+    """The snapshot of a harness that wrote ``keys`` keys, and closed."""
+    harness = KeyedProcessHarness(EveryState(), lambda v: v[0], backend=backend_kind).open()
+    fill(harness, keys)
+    snapshot = harness.snapshot()
+    harness.close()
+    return snapshot
+
+
+def restore_from(snapshot, backend_kind, function=None):
+    return KeyedProcessHarness.restore(function or EveryState(), lambda v: v[0], snapshot, backend=backend_kind)
 
 
 def report(harness, keys):
@@ -109,7 +115,7 @@ def test_every_state_type_and_the_timers_round_trip(backend_kind):
     expected = report(original, 300)
     snapshot = original.snapshot()
     original.close()
-    restored = KeyedProcessHarness.restore(EveryState(), lambda v: v[0], snapshot, backend=backend_kind)
+    restored = restore_from(snapshot, backend_kind)
     assert restored.num_event_time_timers() == 600
     assert report(restored, 300) == expected
     by_key = {record[0]: record for record in expected}
@@ -118,10 +124,7 @@ def test_every_state_type_and_the_timers_round_trip(backend_kind):
 
 
 def test_the_rows_are_the_ones_spark_commits_per_key_group(backend_kind):
-    harness = KeyedProcessHarness(EveryState(), lambda v: v[0], backend=backend_kind).open()
-    fill(harness, 50)
-    snapshot = harness.snapshot()
-    harness.close()
+    snapshot = filled_snapshot(backend_kind, 50)
     groups = {key_group_for_key(key_of(i), MAX_PARALLELISM) for i in range(50)}
     assert set(snapshot.rows) == groups  # a row per key group with state, none for the others
     for key_group, row in snapshot.rows.items():
@@ -130,7 +133,7 @@ def test_the_rows_are_the_ones_spark_commits_per_key_group(backend_kind):
         if backend_kind == "heap":
             assert state_row.format == STATE_ROW_FORMAT_FULL and state_row.timers
             names = {metadata["name"] for metadata, _ in decode_state_payload(state_row.state)}
-            assert names == {"value", "expiring", "list", "map", "sum", "average"}
+            assert names == {"value", "expiring", "list", "map", "sum", "distinct"}
         else:
             assert state_row.format == STATE_ROW_FORMAT_ROCKSDB and state_row.timers == b""
             record = VersionRecord.from_bytes(state_row.state)
@@ -139,10 +142,7 @@ def test_the_rows_are_the_ones_spark_commits_per_key_group(backend_kind):
 
 
 def test_a_heap_row_loads_into_sparks_row_store_and_saves_back_unchanged():
-    harness = KeyedProcessHarness(EveryState(), lambda v: v[0]).open()
-    fill(harness, 20)
-    snapshot = harness.snapshot()
-    harness.close()
+    snapshot = filled_snapshot("heap", 20)
     key_group, row = next(iter(sorted(snapshot.rows.items())))
     store = RowKeyGroupStore(MAX_PARALLELISM, lambda: 0)  # what a Spark worker runs
     timers = InternalTimerService(store.backend)
@@ -166,30 +166,23 @@ def test_states_restored_but_not_registered_survive_the_next_snapshot(backend_ki
     without_map.process_element((key_of(0), 5))  # changes the key group of key 0, but not its map
     snapshot = without_map.snapshot()
     without_map.close()
-    restored = KeyedProcessHarness.restore(EveryState(), lambda v: v[0], snapshot, backend=backend_kind)
+    restored = restore_from(snapshot, backend_kind)
     maps = {record[0]: record[4] for record in report(restored, 30)}
     assert maps == {record[0]: record[4] for record in expected}
     restored.close()
 
 
 def test_a_type_change_between_snapshot_and_restore_names_the_state_and_both_types(backend_kind):
-    original = KeyedProcessHarness(EveryState(), lambda v: v[0], backend=backend_kind).open()
-    fill(original, 5)
-    snapshot = original.snapshot()
-    original.close()
+    snapshot = filled_snapshot(backend_kind, 5)
     with pytest.raises(UserFunctionError, match="StateTypeMismatchError: state 'value' was stored with type "
                                                 "value<LONG> but is now registered with type value<STRING>"):
-        KeyedProcessHarness.restore(EveryState(value_type=Types.STRING()), lambda v: v[0], snapshot,
-                                    backend=backend_kind)
+        restore_from(snapshot, backend_kind, EveryState(value_type=Types.STRING()))
 
 
 def test_a_snapshot_restores_only_into_the_state_backend_that_took_it():
-    original = KeyedProcessHarness(EveryState(), lambda v: v[0], backend="rocksdb").open()
-    fill(original, 5)
-    snapshot = original.snapshot()
-    original.close()
+    snapshot = filled_snapshot("rocksdb", 5)
     with pytest.raises(ConfigurationError, match="state_backend='rocksdb'.*state_backend='heap'"):
-        KeyedProcessHarness.restore(EveryState(), lambda v: v[0], snapshot, backend="heap")
+        restore_from(snapshot, "heap")
 
 
 def test_snapshots_of_three_partitions_restore_into_one_harness(backend_kind):
@@ -207,11 +200,11 @@ def test_snapshots_of_three_partitions_restore_into_one_harness(backend_kind):
     snapshots = [part.snapshot() for part in parts]
     for part in parts:
         part.close()
-    merged = KeyedProcessHarness.restore(EveryState(), lambda v: v[0], snapshots, backend=backend_kind)
+    merged = restore_from(snapshots, backend_kind)
     assert report(merged, 90) == expected and len(expected) == 90
     assert merged.num_event_time_timers() == 90
     merged.process_element((key_of(1), 500))  # continues: the next snapshot stores the key groups in its own dir
-    again = KeyedProcessHarness.restore(EveryState(), lambda v: v[0], merged.snapshot(), backend=backend_kind)
+    again = restore_from(merged.snapshot(), backend_kind)
     merged.close()
     assert [r for r in report(again, 2) if r[0] == key_of(1)][0][3] == [1, 500]
     again.close()
@@ -235,7 +228,7 @@ def test_rocksdb_snapshots_store_per_key_group_only_what_changed():
     assert new.changelogs[:-1] == old.changelogs and new.base == old.base  # one more changelog, same base
     added = {path: size for path, size in _stored_bytes(first.storage_uri).items() if path not in before}
     assert len(added) == 1 and sum(added.values()) < sum(before.values()) / 100
-    restored = KeyedProcessHarness.restore(EveryState(), lambda v: v[0], second, backend="rocksdb")
+    restored = restore_from(second, "rocksdb")
     assert [r for r in report(restored, 4) if r[0] == key_of(3)][0][3] == [3, 77]
     restored.close()
     harness.close()
@@ -255,7 +248,7 @@ def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs
         harness._store.storage, key_group).read_manifest(records[2].base, records[2].base_batch).files)
     snapshot = harness.snapshot()
     harness.close()
-    restored = KeyedProcessHarness.restore(EveryState(), lambda v: v[0], snapshot, backend="rocksdb")
+    restored = restore_from(snapshot, "rocksdb")
     assert report(restored, 1)[0][3] == [0, 1, 2, 3]
     restored.close()
 
@@ -281,7 +274,7 @@ def test_a_byte_flipped_in_a_stored_file_fails_the_restore_naming_the_file(damag
     data[len(data) // 2] ^= 0x01
     open(path, "wb").write(bytes(data))
     with pytest.raises(SnapshotCorruptedError, match=relative.replace("/", ".")):
-        KeyedProcessHarness.restore(EveryState(), lambda v: v[0], snapshot, backend="rocksdb")
+        restore_from(snapshot, "rocksdb")
 
 
 def test_expired_state_is_not_in_the_next_snapshot(backend_kind):
@@ -294,7 +287,7 @@ def test_expired_state_is_not_in_the_next_snapshot(backend_kind):
         for row in snapshot.rows.values():
             names = {m["name"] for m, records in decode_state_payload(StateRow.from_row(row).state) if records}
             assert "expiring" not in names and "value" in names
-    restored = KeyedProcessHarness.restore(EveryState(), lambda v: v[0], snapshot, backend=backend_kind)
+    restored = restore_from(snapshot, backend_kind)
     restored.set_processing_time(0)  # even with the clock back, nothing expired comes back
     assert all(record[2] is None and record[1] is not None for record in report(restored, 20))
     restored.close()
