@@ -81,7 +81,7 @@ class KeyedHarnessBase:
         self.partitions = partitions
         key_group_range = key_group_range_for_partition(partition, partitions, max_parallelism)
         self.backend = self._make_backend(backend, max_parallelism, key_group_range)
-        self._store = harness_store(self.backend, self._checkpoint_dir)
+        self._store: Any = None  # the save/restore step of the backend (created at the first snapshot or restore)
         self._checkpoint_id = 0
         self._function = function
         self.operator: Optional[KeyedProcessOperator] = None
@@ -128,6 +128,11 @@ class KeyedHarnessBase:
                 number_of_parallel_subtasks=self.partitions,
             )
         return self.operator
+
+    def _persistence(self) -> Any:
+        if self._store is None:
+            self._store = harness_store(self.backend, self._checkpoint_dir)
+        return self._store
 
     def _operator(self) -> KeyedProcessOperator:
         if self.operator is None or not self._opened:
@@ -192,7 +197,7 @@ class KeyedHarnessBase:
         :mod:`keyedstate.testing.snapshots`)."""
         operator = self._operator()
         self._checkpoint_id += 1
-        rows = self._store.snapshot(self._checkpoint_id, operator.timer_service)
+        rows = self._persistence().snapshot(self._checkpoint_id, operator.timer_service)
         return HarnessSnapshot(
             checkpoint_id=self._checkpoint_id,
             storage_uri=self._checkpoint_dir,
@@ -228,7 +233,7 @@ class KeyedHarnessBase:
         for taken in sorted(snapshots, key=lambda s: s.checkpoint_id):
             rows.update((key_group, row) for key_group, row in taken.rows.items() if key_group in owned)
         try:
-            harness._store.restore(rows, harness._created_operator().timer_service)
+            harness._persistence().restore(rows, harness._created_operator().timer_service)
         except BaseException:
             harness.close()
             raise
@@ -245,7 +250,8 @@ class KeyedHarnessBase:
                 self.operator.close()
         finally:
             self.backend.close()
-            getattr(self._store, "close", lambda: None)()
+            if self._store is not None:
+                self._store.close()
             for path in self._temp_dirs:
                 if path != self._checkpoint_dir or not self._keeps_checkpoints():
                     shutil.rmtree(path, ignore_errors=True)

@@ -87,6 +87,9 @@ class HarnessRowStore(RowKeyGroupStore):
         for key_group, row in sorted(rows.items()):
             self.load(key_group, MemoryGroupState(row), None, timer_service)
 
+    def close(self) -> None:
+        """Nothing to release."""
+
 
 def _split_records(exported: Records) -> dict[int, Records]:
     by_group: dict[int, Records] = {}
@@ -156,6 +159,9 @@ class HarnessVersionStore:
         by_group = split_changes(changes, backend.key_group_range)
         if not recording:  # a backend given by the caller that does not record: every key group is stored whole
             self._rewrite |= set(by_group)
+            for gone in set(self._rows) - set(by_group):  # emptied since the last snapshot
+                del self._rows[gone]
+                self._records.pop(gone, None)
         metadata = metadata_ops(backend)
         for key_group in sorted(set(by_group) | self._rewrite):
             record = None if key_group in self._rewrite else self._records.get(key_group)

@@ -236,7 +236,7 @@ def test_rocksdb_snapshots_store_per_key_group_only_what_changed():
 
 def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs():
     harness = KeyedProcessHarness(EveryState(), lambda v: v[0], backend="rocksdb").open()
-    harness._store.policy = SnapshotPolicy(max_changelogs=2, min_changelog_bytes=1 << 30)
+    harness._persistence().policy = SnapshotPolicy(max_changelogs=2, min_changelog_bytes=1 << 30)
     key_group = key_group_for_key(key_of(0), MAX_PARALLELISM)
     records = []
     for round_ in range(4):
@@ -244,8 +244,8 @@ def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs
         records.append(VersionRecord.from_bytes(StateRow.from_row(harness.snapshot().rows[key_group]).state))
     assert [r.base is not None for r in records] == [False, False, True, True]
     assert [len(r.changelogs) for r in records] == [1, 2, 0, 1]
-    assert any(entry.name.endswith(".sst") for entry in harness._store._versions(
-        harness._store.storage, key_group).read_manifest(records[2].base, records[2].base_batch).files)
+    assert any(entry.name.endswith(".sst") for entry in harness._persistence()._versions(
+        harness._persistence().storage, key_group).read_manifest(records[2].base, records[2].base_batch).files)
     snapshot = harness.snapshot()
     harness.close()
     restored = restore_from(snapshot, "rocksdb")
@@ -257,7 +257,7 @@ def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs
 def test_a_byte_flipped_in_a_stored_file_fails_the_restore_naming_the_file(damaged):
     harness = KeyedProcessHarness(EveryState(), lambda v: v[0], backend="rocksdb").open()
     if damaged == "base":
-        harness._store.policy = SnapshotPolicy(max_changelogs=0)
+        harness._persistence().policy = SnapshotPolicy(max_changelogs=0)
     fill(harness, 10)
     snapshot = harness.snapshot()
     harness.close()
@@ -266,7 +266,7 @@ def test_a_byte_flipped_in_a_stored_file_fails_the_restore_naming_the_file(damag
     if damaged == "changelog":
         relative = record.changelogs[0].path
     else:
-        manifest = harness._store._versions(harness._store.storage, key_group).read_manifest(
+        manifest = harness._persistence()._versions(harness._persistence().storage, key_group).read_manifest(
             record.base, record.base_batch)
         relative = next(entry.path for entry in manifest.files if entry.name.endswith(".sst"))
     path = os.path.join(snapshot.storage_uri, relative)

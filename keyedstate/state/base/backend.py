@@ -364,6 +364,39 @@ class KeyedStateBackend(ABC):
         """A RocksDB checkpoint of the backend's database in ``target``."""
         raise self._no_change_log("checkpoint")
 
+    # A backend pointed at one key group's local database per call (RocksDB mode on Spark:
+    # keyedstate.state.rocksdb.key_group_backend.KeyGroupRocksDBBackend); the others hold their key groups themselves.
+
+    def open_key_group(self, path: str, record_changes: bool = True) -> None:
+        """Open the key group database at ``path`` and bind every state to it."""
+        raise self._no_key_group_databases("open_key_group")
+
+    def attach_key_group(self, database: Any) -> None:
+        """Bind every state to an open key group database an earlier call detached."""
+        raise self._no_key_group_databases("attach_key_group")
+
+    def detach_key_group(self) -> Any:
+        """Unbind every state from the current key group database and hand it over, still open."""
+        raise self._no_key_group_databases("detach_key_group")
+
+    def close_key_group(self) -> None:
+        """Flush and close the current key group database."""
+        raise self._no_key_group_databases("close_key_group")
+
+    def start_recording(self) -> None:
+        """Record the writes of later calls from now on (a key group database opened empty)."""
+        raise self._no_key_group_databases("start_recording")
+
+    def estimate_keys_with_state(self) -> int:
+        """How many keys hold state, cheaply (for metrics); exact unless a backend can only estimate."""
+        return self.count_keys_with_state()
+
+    def _no_key_group_databases(self, method: str) -> Exception:
+        return ConfigurationError(
+            f"{method}() needs a backend with one local database per key group (RocksDB mode's "
+            f"KeyGroupRocksDBBackend); the {type(self).__name__} holds its key groups itself"
+        )
+
     def _no_change_log(self, method: str) -> Exception:
         return ConfigurationError(
             f"{method}() needs a backend that records its writes (RocksDB); the {self.backend_kind} backend stores "

@@ -37,8 +37,8 @@ _BACKEND_OF_FORMAT = {STATE_ROW_FORMAT_FULL: HEAP, STATE_ROW_FORMAT_ROCKSDB: ROC
 class KeyGroupStore(ABC):
     """Loads a key group's state into :attr:`backend` and saves it into the group's committed row.
 
-    Every method a store calls on its backend is declared on :class:`KeyedStateBackend` (RocksDB mode's store types
-    its backend as the :class:`~keyedstate.state.rocksdb.key_group_backend.KeyGroupRocksDBBackend` it creates)."""
+    Every method a store calls on its backend is declared on :class:`KeyedStateBackend`; those only some backends
+    can do (recorded changes, one local database per key group) raise ConfigurationError on the others."""
 
     backend: KeyedStateBackend
 
