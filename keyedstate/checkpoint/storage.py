@@ -72,7 +72,8 @@ class CheckpointStorage:
     def check_scope(scope: str) -> str:
         """``scope`` if it can name one directory of the storage (an operator's ``uid``), else ConfigurationError."""
         if not isinstance(scope, str) or not _SCOPE.match(scope):
-            raise ConfigurationError(f"a storage scope must match {_SCOPE.pattern} (it names a directory), got {scope!r}")
+            raise ConfigurationError(
+                f"a storage scope must match {_SCOPE.pattern} (it names a directory), got {scope!r}")
         return scope
 
     def _full(self, relative: str) -> str:

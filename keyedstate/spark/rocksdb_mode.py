@@ -95,8 +95,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         self._lock: Optional[int] = None
         # The backend needs an open database before any key group is opened (the function's open() registers its
         # states): an empty one of this worker process, never written to afterwards.
-        self.backend: KeyGroupRocksDBBackend = KeyGroupRocksDBBackend(self.local.idle_path(), max_parallelism=num_key_groups,
-                                              ttl_clock=ttl_clock, options=options)
+        self.backend: KeyGroupRocksDBBackend = KeyGroupRocksDBBackend(
+            self.local.idle_path(), max_parallelism=num_key_groups, ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
         self._saved_tag: Optional[str] = None
 

@@ -1,6 +1,6 @@
 """Checkpoint storage on a real S3-compatible server (S3Proxy on 127.0.0.1): credentials and endpoint from options or
-the standard AWS environment, RocksDB-mode versions (harness snapshots, base collection) through it, and outages ridden out within the retry budget or
-reported naming the location and the option to raise."""
+the standard AWS environment, RocksDB-mode versions (harness snapshots, base collection) through it, and outages
+ridden out within the retry budget or reported naming the location and the option to raise."""
 
 from __future__ import annotations
 

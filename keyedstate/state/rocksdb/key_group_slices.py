@@ -118,7 +118,8 @@ def checkpoint_key_group(backend: Any, key_group: int, target: str) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def load_key_group(backend: Any, key_group: int, base_directory: Optional[str], changelogs: Iterable[ChangeLog]) -> None:
+def load_key_group(backend: Any, key_group: int, base_directory: Optional[str],
+                   changelogs: Iterable[ChangeLog]) -> None:
     """Write a stored version of ``key_group`` into the backend: the base's records (a downloaded, verified RocksDB
     checkpoint in ``base_directory``), then every changelog in order. Writes are not recorded as changes."""
     backend.write_pending_values(forget=True)
