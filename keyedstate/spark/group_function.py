@@ -4,9 +4,9 @@ One call = one key group in one micro-batch: load the group's state (the key-gro
 backend: :mod:`keyedstate.state.key_groups.row_store` or :mod:`keyedstate.spark.rocksdb_mode`) -> fire due timers
 (event time, then processing time) -> process the batch's elements key by key, each key's elements in event-time
 order -> fire processing-time timers that became due -> save the group's row and mirror the earliest timer into
-Spark's single timeout (or remove the row when the group holds nothing) -> release the group. The row is the commit record:
-Spark's state store snapshots it per micro-batch, so a failed or repeated task starts again from the previous
-batch's row.
+Spark's single timeout (or remove the row when the group holds nothing) -> release the group. The row is the commit
+record: Spark's state store snapshots it per micro-batch, so a failed or repeated task starts again from the
+previous batch's row.
 """
 
 from __future__ import annotations
