@@ -23,9 +23,9 @@ import tracemalloc
 import pytest
 from sortedcontainers import SortedList, SortedSet
 
-from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from keyedstate.state.heap import HeapKeyedStateBackend
+from keyedstate.testing.snapshots import harness_store
 from timers import MAX_WATERMARK, InternalTimerService, TimeDomain, make_timer
 from timers.heap_partitioned import HeapPartitionedTimerQueue
 
@@ -59,7 +59,7 @@ class _NoOp:
 def _rocksdb_backend(tmp_path, name):
     from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
 
-    return RocksDBKeyedStateBackend(tmp_path / name, checkpoint_storage=CheckpointStorage(tmp_path / "chk"))
+    return RocksDBKeyedStateBackend(tmp_path / name)
 
 
 def _heapq_reference():
@@ -263,10 +263,10 @@ def test_restore_peak_memory(benchmark, storage, tmp_path):
         backend.set_current_key(key)
         for ts in timestamps:
             writer.register_event_time_timer(VOID_NAMESPACE, ts)
-    manifest = backend.snapshot(1)
+    rows = harness_store(backend, str(tmp_path / "chk")).snapshot(1, writer)  # what a harness snapshot holds
     backend.close()
     restored = _rocksdb_backend(tmp_path, "restored")
-    restored.restore([manifest])
+    harness_store(restored, str(tmp_path / "chk")).restore(rows, InternalTimerService(restored, storage="rocksdb"))
     gc.collect()
     results = {}
 

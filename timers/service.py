@@ -21,8 +21,11 @@ When timers fire, and in which order
   (as in Flink, where the job then restarts from the last checkpoint, which still holds it). Timers after it stay
   registered and fire at the next advance.
 
-Persistence: see :mod:`timers.storage`. The service registers a pre-snapshot hook on the backend; after
-``backend.restore(...)`` create a *new* service: it reads its timers from the restored raw columns. The watermark and
+Persistence: see :mod:`timers.storage`. The service registers a pre-snapshot hook on the backend. A key group is
+saved and restored through :mod:`keyedstate.state.key_groups`: row mode carries the group's timers as one blob
+(:meth:`InternalTimerService.export_key_group` / :meth:`~InternalTimerService.import_key_group`); RocksDB mode keeps
+them in the raw columns of the stored database, and :meth:`~InternalTimerService.reload_key_group` re-reads them
+after a restore (a service created after its raw columns were filled reads them itself). The watermark and
 processing time are not part of a snapshot (as in Flink, they start at ``Long.MIN_VALUE`` after a restore), so
 overdue processing-time timers fire at the first :meth:`advance_processing_time` after the restore.
 """

@@ -2,9 +2,9 @@
 
 Both storages keep the timers of one time domain in one raw column of the keyed state backend
 (:meth:`~keyedstate.state.base.backend.KeyedStateBackend.raw_column`), in the record layout of :mod:`timers.codec`,
-so every snapshot of the backend contains them and a restore (also into another key-group range: the backend keeps
-only the owned key groups of every raw column) brings them back. The layout is the same for both storages, so a
-snapshot taken with one restores into the other.
+so a RocksDB database saved per key group (RocksDB mode, :mod:`keyedstate.state.key_groups.versioned`) contains
+them and its restore brings them back. The layout is the same for both storages, so raw columns written with one
+are read by the other.
 
 * ``HEAP``: timers live in :class:`~timers.queue.HeapTimerQueue` s, one per key group; the raw column is written only in the backend's
   pre-snapshot hook, and only for key groups that changed since the last flush. A new service loads all restored

@@ -1,4 +1,4 @@
-"""The checkpoint listener protocol shared by state backends and the Kafka offset committer.
+"""The checkpoint listener protocol of the Kafka offset committer (Flink's ``CheckpointListener``).
 
 A checkpoint is identified by a monotonically increasing integer. On Spark one checkpoint is one micro-batch and its
 id is the batch id.

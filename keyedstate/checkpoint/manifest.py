@@ -1,22 +1,24 @@
-"""Snapshot manifests: what one partition (scope) stored for one checkpoint, as versioned JSON.
+"""Stored files and base snapshot manifests, as versioned JSON.
 
-A manifest is written last and atomically, so a snapshot exists exactly when its manifest does. It lists every file
-with its size and sha256 checksum (``hashlib.sha256``, OpenSSL-backed: ~1-2 GB/s, no extra dependency), the state
-metadata needed to check descriptors on restore, and how many bytes this snapshot uploaded versus referenced.
+A :class:`FileEntry` names one stored file with its size and sha256 checksum (``hashlib.sha256``, OpenSSL-backed:
+~1-2 GB/s, no extra dependency). A :class:`SnapshotManifest` describes one base snapshot of a key group in RocksDB
+mode (:mod:`keyedstate.state.rocksdb.versions`): every file of the RocksDB checkpoint, the state metadata needed to
+check descriptors on restore, and how many bytes the snapshot uploaded versus referenced. It is written after every
+file it lists, and the key group's committed row names it with its own checksum.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from keyedstate.errors import SnapshotCorruptedError
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 
-__all__ = ["FORMAT_VERSION", "CHECKSUM_ALGORITHM", "FileEntry", "SnapshotManifest", "manifest_for_backend"]
+__all__ = ["FORMAT_VERSION", "CHECKSUM_ALGORITHM", "FileEntry", "SnapshotManifest"]
 
 FORMAT_VERSION = 1
 CHECKSUM_ALGORITHM = "sha256"
@@ -63,8 +65,6 @@ class SnapshotManifest:
     created_at_ms: int
     format_version: int = FORMAT_VERSION
     checksum_algorithm: str = CHECKSUM_ALGORITHM
-    storage: Optional[Any] = field(default=None, compare=False, repr=False)
-    """The :class:`CheckpointStorage` the manifest was read from or written to (not serialized)."""
 
     def state(self, name: str) -> Optional[StateMetadata]:
         return next((state for state in self.states if state.name == name), None)
@@ -129,22 +129,3 @@ class SnapshotManifest:
 
 def _body_checksum(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode("utf-8")).hexdigest()
-
-
-def manifest_for_backend(backend: Any, checkpoint_id: int, files: list[FileEntry], uploaded_bytes: int) -> SnapshotManifest:
-    """The manifest of a snapshot ``backend`` just wrote (state metadata, raw columns, key groups, byte counts)."""
-    import time
-
-    return SnapshotManifest(
-        checkpoint_id=int(checkpoint_id),
-        scope=backend.scope,
-        backend_kind=backend.backend_kind,
-        key_group_range=backend.key_group_range,
-        max_parallelism=backend.max_parallelism,
-        states=sorted(backend.state_metadata(), key=lambda state: state.name),
-        raw_columns=sorted(backend.raw_column_names()),
-        files=files,
-        uploaded_bytes=uploaded_bytes,
-        total_bytes=sum(entry.size for entry in files),
-        created_at_ms=time.time_ns() // 1_000_000,
-    )

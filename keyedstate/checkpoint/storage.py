@@ -1,13 +1,10 @@
-"""Checkpoint storage over ``pyarrow.fs``: a local directory or any URI pyarrow understands (s3://, gs://, hdfs://).
+"""Durable state storage over ``pyarrow.fs``: a local directory or any URI pyarrow understands (s3://, gs://,
+hdfs://).
 
-Layout under the root::
-
-    chk-<id>/<scope>/_MANIFEST.json   the snapshot of one partition (written last, atomically)
-    chk-<id>/<scope>/...              files only this snapshot uses (RocksDB MANIFEST/OPTIONS/CURRENT, heap records)
-    shared/<scope>/<name>-<sha>.sst   immutable RocksDB SST files, referenced by every snapshot that contains them
-
-Only manifests of a scope reference that scope's shared directory, so retention of one scope never needs to read
-the manifests of another.
+It stores and verifies files for RocksDB mode's key-group versions (:mod:`keyedstate.state.rocksdb.versions`, which
+defines the layout under the root): every write returns a :class:`~keyedstate.checkpoint.manifest.FileEntry` with
+size and sha256, and every read checks them, so a damaged or missing file fails with an error naming it. Transient
+failures of the store are retried (``retry_seconds``).
 """
 
 from __future__ import annotations
@@ -17,42 +14,40 @@ import logging
 import os
 import re
 import time
-import uuid
-from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, TypeVar
 
 import pyarrow.fs as pafs
 
 from keyedstate.checkpoint.filesystems import StorageOptions, has_directories, is_transient, open_filesystem
-from keyedstate.checkpoint.manifest import FileEntry, SnapshotManifest
+from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, SnapshotError, StorageUnavailableError
 
-__all__ = ["CheckpointStorage", "MANIFEST_NAME", "DEFAULT_RETAINED_CHECKPOINTS"]
+__all__ = ["CheckpointStorage", "Where"]
 
 logger = logging.getLogger("keyedstate.checkpoint")
 
-MANIFEST_NAME = "_MANIFEST.json"
-DEFAULT_RETAINED_CHECKPOINTS = 3
 _CHUNK = 4 * 1024 * 1024
-_CHECKPOINT_DIR = re.compile(r"^chk-(\d+)$")
 _SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _FIRST_RETRY_DELAY = 0.2
 _MAX_RETRY_DELAY = 5.0
 _T = TypeVar("_T")
 
 
+class Where(Protocol):
+    """What a verified file belongs to, for error messages (a key group's base snapshot or changelog)."""
+
+    def describe(self) -> str: ...
+
+
 class CheckpointStorage:
-    """Where snapshots live. ``retained_checkpoints`` snapshots are kept per scope (default 3).
+    """Where RocksDB mode's durable state files live.
 
     ``options`` (:class:`~keyedstate.checkpoint.filesystems.StorageOptions` or its dict form): credentials and
     endpoint of ``s3://`` locations and ``retry_seconds``, how long an operation is retried while the store is
     unreachable (exponential backoff); after that it fails with :class:`SnapshotError` naming the location."""
 
-    def __init__(self, location: str | os.PathLike[str], *, retained_checkpoints: int = DEFAULT_RETAINED_CHECKPOINTS,
-                 filesystem: Optional[pafs.FileSystem] = None,
+    def __init__(self, location: str | os.PathLike[str], *, filesystem: Optional[pafs.FileSystem] = None,
                  options: Optional[Mapping[str, Any] | StorageOptions] = None) -> None:
-        if not isinstance(retained_checkpoints, int) or retained_checkpoints < 1:
-            raise ConfigurationError(f"retained_checkpoints must be an int >= 1, got {retained_checkpoints!r}")
-        self.retained_checkpoints = retained_checkpoints
         self.options = StorageOptions.parse(options)
         location = os.fspath(location)
         if filesystem is not None:
@@ -75,17 +70,11 @@ class CheckpointStorage:
 
     @staticmethod
     def check_scope(scope: str) -> str:
+        """``scope`` if it can name one directory of the storage (an operator's ``uid``), else ConfigurationError."""
         if not isinstance(scope, str) or not _SCOPE.match(scope):
-            raise ConfigurationError(f"a snapshot scope must match {_SCOPE.pattern} (it names a directory), got {scope!r}")
+            raise ConfigurationError(
+                f"a storage scope must match {_SCOPE.pattern} (it names a directory), got {scope!r}")
         return scope
-
-    @staticmethod
-    def checkpoint_dir(checkpoint_id: int, scope: str) -> str:
-        return f"chk-{int(checkpoint_id)}/{scope}"
-
-    @staticmethod
-    def shared_dir(scope: str) -> str:
-        return f"shared/{scope}"
 
     def _full(self, relative: str) -> str:
         return f"{self.root}/{relative}"
@@ -173,31 +162,20 @@ class CheckpointStorage:
             raise SnapshotError(f"{local_path} changed while it was uploaded to {relative}")
         return entry
 
-    def write_manifest(self, manifest: SnapshotManifest) -> str:
-        """Write the manifest atomically (temp file, then rename), so readers never see half of one."""
-        self.check_scope(manifest.scope)
-        directory = self.checkpoint_dir(manifest.checkpoint_id, manifest.scope)
-        final = f"{directory}/{MANIFEST_NAME}"
-        temp = f"{directory}/.{MANIFEST_NAME}.{uuid.uuid4().hex}.tmp"
-        self.write_bytes(temp, manifest.to_bytes(), MANIFEST_NAME)
-        self._io(lambda: self.filesystem.move(self._full(temp), self._full(final)), f"publish {final}")
-        manifest.storage = self
-        return final
-
     # ---- reading -------------------------------------------------------------------------------------------------
 
-    def read_verified(self, entry: FileEntry, manifest: SnapshotManifest) -> bytes:
+    def read_verified(self, entry: FileEntry, where: Where) -> bytes:
         """The file's bytes after checking size and checksum; SnapshotCorruptedError names the file otherwise."""
         data = self._reading(lambda: self._read_all(entry.path), f"read {entry.path}",
-                             lambda error: self._missing(entry, manifest, error))
-        self._check(entry, manifest, len(data), hashlib.sha256(data).hexdigest())
+                             lambda error: self._missing(entry, where, error))
+        self._check(entry, where, len(data), hashlib.sha256(data).hexdigest())
         return data
 
     def _read_all(self, relative: str) -> bytes:
         with self.filesystem.open_input_stream(self._full(relative)) as source:
             return source.read()
 
-    def download_verified(self, entry: FileEntry, manifest: SnapshotManifest, local_path: str) -> None:
+    def download_verified(self, entry: FileEntry, where: Where, local_path: str) -> None:
         digest = hashlib.sha256()
         size = 0
 
@@ -210,61 +188,20 @@ class CheckpointStorage:
                     size += len(chunk)
                     out.write(chunk)
 
-        self._reading(download, f"download {entry.path}", lambda error: self._missing(entry, manifest, error))
-        self._check(entry, manifest, size, digest.hexdigest())
+        self._reading(download, f"download {entry.path}", lambda error: self._missing(entry, where, error))
+        self._check(entry, where, size, digest.hexdigest())
 
-    def _missing(self, entry: FileEntry, manifest: SnapshotManifest, error: Exception) -> SnapshotCorruptedError:
+    def _missing(self, entry: FileEntry, where: Where, error: Exception) -> SnapshotCorruptedError:
         return SnapshotCorruptedError(
-            f"file {entry.path} of {manifest.describe()} is missing or unreadable in {self.location}: {error}"
+            f"file {entry.path} of {where.describe()} is missing or unreadable in {self.location}: {error}"
         )
 
-    def _check(self, entry: FileEntry, manifest: SnapshotManifest, size: int, checksum: str) -> None:
+    def _check(self, entry: FileEntry, where: Where, size: int, checksum: str) -> None:
         if size != entry.size or checksum != entry.checksum:
             raise SnapshotCorruptedError(
-                f"file {entry.path} of {manifest.describe()} is corrupt: expected {entry.size} bytes with sha256 "
+                f"file {entry.path} of {where.describe()} is corrupt: expected {entry.size} bytes with sha256 "
                 f"{entry.checksum[:16]}..., found {size} bytes with sha256 {checksum[:16]}..."
             )
-
-    def list_checkpoint_ids(self) -> list[int]:
-        infos = self._list(self.root)
-        return sorted(int(m.group(1)) for info in infos if (m := _CHECKPOINT_DIR.match(info.base_name))
-                      and info.type == pafs.FileType.Directory)
-
-    def scopes_of(self, checkpoint_id: int) -> list[str]:
-        """Scopes with a (published) manifest for ``checkpoint_id``."""
-        scopes = []
-        for info in self._list(self._full(f"chk-{int(checkpoint_id)}")):
-            if info.type == pafs.FileType.Directory:
-                manifest = self._io(lambda: self.filesystem.get_file_info(f"{info.path}/{MANIFEST_NAME}"),
-                                    f"look for {info.path}/{MANIFEST_NAME}")
-                if manifest.type == pafs.FileType.File:
-                    scopes.append(info.base_name)
-        return sorted(scopes)
-
-    def load_manifest(self, checkpoint_id: int, scope: str) -> SnapshotManifest:
-        relative = f"{self.checkpoint_dir(checkpoint_id, scope)}/{MANIFEST_NAME}"
-        data = self._reading(lambda: self._read_all(relative), f"read {relative}", lambda error: SnapshotCorruptedError(
-            f"snapshot manifest {relative} in {self.location} is unreadable: {error}"))
-        manifest = SnapshotManifest.from_bytes(data, f"{relative} in {self.location}")
-        manifest.storage = self
-        return manifest
-
-    def load_manifests(self, checkpoint_id: int) -> tuple[list[SnapshotManifest], list[str]]:
-        """Every readable manifest of a checkpoint, plus a description of each unreadable one."""
-        manifests, problems = [], []
-        for scope in self.scopes_of(checkpoint_id):
-            try:
-                manifests.append(self.load_manifest(checkpoint_id, scope))
-            except SnapshotCorruptedError as error:
-                problems.append(str(error))
-        return manifests, problems
-
-    def checkpoint_ids_of_scope(self, scope: str) -> list[int]:
-        return [cid for cid in self.list_checkpoint_ids() if self._is_file(
-            f"{self.checkpoint_dir(cid, scope)}/{MANIFEST_NAME}")]
-
-    def _is_file(self, relative: str) -> bool:
-        return self._info(relative).type == pafs.FileType.File
 
     def _info(self, relative: str) -> pafs.FileInfo:
         return self._io(lambda: self.filesystem.get_file_info(self._full(relative)), f"look for {relative}")
@@ -279,54 +216,6 @@ class CheckpointStorage:
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
         infos = self._io(lambda: self.filesystem.get_file_info(selector), f"list {base}")
         return sorted(info.path[len(self.root) + 1:] for info in infos if info.type == pafs.FileType.File)
-
-    # ---- retention -----------------------------------------------------------------------------------------------
-
-    def retained_manifests(self, scope: str) -> list[SnapshotManifest]:
-        """Readable manifests of the newest ``retained_checkpoints`` checkpoints of ``scope`` (the incremental base)."""
-        manifests = []
-        for checkpoint_id in self.checkpoint_ids_of_scope(scope)[-self.retained_checkpoints:]:
-            try:
-                manifests.append(self.load_manifest(checkpoint_id, scope))
-            except SnapshotCorruptedError as error:
-                logger.warning("ignoring an unreadable snapshot manifest: %s", error)
-        return manifests
-
-    def apply_retention(self, scope: str) -> list[str]:
-        """Keep the newest ``retained_checkpoints`` snapshots of ``scope``; delete older ones and the shared files
-        only they used. Returns the deleted file paths. Never deletes a file a retained manifest references."""
-        ids = self.checkpoint_ids_of_scope(scope)
-        dropped_ids = ids[:-self.retained_checkpoints]
-        if not dropped_ids:
-            return []
-        referenced: set[str] = set()
-        for manifest in self.retained_manifests(scope):
-            referenced.update(entry.path for entry in manifest.files)
-        deleted: list[str] = []
-        for checkpoint_id in dropped_ids:
-            try:
-                candidates = [entry.path for entry in self.load_manifest(checkpoint_id, scope).files]
-            except SnapshotCorruptedError:
-                candidates = []  # its shared files cannot be known; they stay (harmless, only space)
-            directory = self.checkpoint_dir(checkpoint_id, scope)
-            # The manifest goes first: from then on the snapshot no longer exists, even if deleting the rest fails.
-            self._delete(f"{directory}/{MANIFEST_NAME}", deleted)
-            for path in candidates:
-                if path not in referenced:
-                    self._delete(path, deleted)
-            for path in self.list_files(directory):
-                self._delete(path, deleted)
-            self._remove_dir(directory)
-            self._delete_if_empty(f"chk-{int(checkpoint_id)}")
-        if deleted:
-            logger.info("checkpoint retention for scope %s dropped checkpoints %s (%d files)", scope, dropped_ids,
-                        len(deleted))
-        return deleted
-
-    def _delete_if_empty(self, relative_dir: str) -> None:
-        # Only dropped (old) checkpoint ids get here; no writer adds files to them any more.
-        if not self._list(self._full(relative_dir)):
-            self._remove_dir(relative_dir)
 
     def _remove_dir(self, relative: str) -> None:
         """Remove an emptied directory (on object stores: its marker object, if pyarrow left one)."""
@@ -344,9 +233,9 @@ class CheckpointStorage:
         except FileNotFoundError:
             pass
         except OSError as error:
-            logger.warning("checkpoint retention could not delete %s: %s", relative, error)
+            logger.warning("could not delete %s: %s", relative, error)
 
-    # ---- plain file access (the key-group version chain, keyedstate.state.rocksdb.versions) --------------
+    # ---- plain file access -----------------------------------------------------------------------------------------
 
     def read_bytes(self, relative: str) -> bytes:
         """A whole file; SnapshotCorruptedError names it when it is missing or unreadable."""

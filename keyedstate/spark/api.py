@@ -40,8 +40,8 @@ from keyedstate.spark.group_function import (
 from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
-from keyedstate.spark.key_group_store import HEAP
-from keyedstate.spark.row_format import STATE_ROW_SCHEMA_DDL
+from keyedstate.state.key_groups.store import HEAP
+from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
 from keyedstate.spark.watermarks import check_watermark, keep_late_events
 from keyedstate.spark.state_backend_options import resolve_rocksdb_mode
 from keyedstate.state.rocksdb.options import RocksDBOptions

@@ -39,7 +39,7 @@ from keyedstate.spark.api import (
 )
 from keyedstate.spark.group_function import EVENT_TIME
 from keyedstate.spark.key_group_layout import BALANCED
-from keyedstate.spark.key_group_store import HEAP
+from keyedstate.state.key_groups.store import HEAP
 from keyedstate.spark.rows import column_values, rows_builder
 from keyedstate.spark.watermarks import (
     LATE_EVENTS_ANCHOR_COLUMN,

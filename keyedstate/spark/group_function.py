@@ -1,12 +1,12 @@
 """The function applyInPandasWithState calls for each key group (runs in Spark's Python workers).
 
 One call = one key group in one micro-batch: load the group's state (the key-group store of the query's state
-backend: :mod:`keyedstate.spark.row_mode` or :mod:`keyedstate.spark.rocksdb_mode`) -> fire due timers (event time,
-then processing time) -> process the batch's elements key by key, each key's elements in event-time order -> fire
-processing-time timers that became due -> save the group's row and mirror the earliest timer into Spark's single
-timeout (or remove the row when the group holds nothing) -> release the group. The row is the commit record:
-Spark's state store snapshots it per micro-batch, so a failed or repeated task starts again from the previous
-batch's row.
+backend: :mod:`keyedstate.state.key_groups.row_store` or :mod:`keyedstate.spark.rocksdb_mode`) -> fire due timers
+(event time, then processing time) -> process the batch's elements key by key, each key's elements in event-time
+order -> fire processing-time timers that became due -> save the group's row and mirror the earliest timer into
+Spark's single timeout (or remove the row when the group holds nothing) -> release the group. The row is the commit
+record: Spark's state store snapshots it per micro-batch, so a failed or repeated task starts again from the
+previous batch's row.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from keyedstate.spark.key_group_layout import BALANCED, key_group_of
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, rows_builder
-from keyedstate.spark.key_group_store import HEAP, KeyGroupStore, check_recorded_key_groups
-from keyedstate.spark.row_format import StateRow
+from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
+from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.base.layout import key_group_prefix
 
 __all__ = ["GroupFunctionSpec", "make_group_function", "METRICS_TAG", "METRICS_SCHEMA_DDL"]
@@ -307,7 +307,7 @@ def _runtime(spec: GroupFunctionSpec, shipped: ShippedFunction) -> _GroupRuntime
 
 def _create_store(spec: GroupFunctionSpec, clock: Any) -> KeyGroupStore:
     if spec.state_backend == HEAP:
-        from keyedstate.spark.row_mode import RowKeyGroupStore
+        from keyedstate.state.key_groups.row_store import RowKeyGroupStore
 
         return RowKeyGroupStore(spec.num_key_groups, clock)
     from keyedstate.spark.rocksdb_mode import RocksDBKeyGroupStore

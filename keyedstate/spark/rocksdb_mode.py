@@ -31,7 +31,6 @@ import logging
 import os
 import shutil
 import tempfile
-import uuid
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -40,10 +39,10 @@ from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import StateStorageConflictError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
-from keyedstate.spark.key_group_store import ROCKSDB, KeyGroupStore, committed_row
+from keyedstate.state.key_groups.store import KeyGroupStore
+from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
 from keyedstate.spark.local_databases import LocalDatabases
 from keyedstate.spark.open_databases import OpenDatabases, open_databases_of, worker_reuse_enabled
-from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.spark.storage_claims import check_single_writer
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
@@ -96,8 +95,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         self._lock: Optional[int] = None
         # The backend needs an open database before any key group is opened (the function's open() registers its
         # states): an empty one of this worker process, never written to afterwards.
-        self.backend = KeyGroupRocksDBBackend(self.local.idle_path(), max_parallelism=num_key_groups,
-                                              ttl_clock=ttl_clock, options=options)
+        self.backend: KeyGroupRocksDBBackend = KeyGroupRocksDBBackend(
+            self.local.idle_path(), max_parallelism=num_key_groups, ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
         self._saved_tag: Optional[str] = None
 
@@ -155,39 +154,20 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 and os.path.exists(os.path.join(path, "CURRENT")))
 
     def _committed_record(self, group_state: Any) -> Optional[VersionRecord]:
-        row = committed_row(group_state, self.num_key_groups, ROCKSDB)
-        return None if row is None else VersionRecord.from_bytes(row.state)
+        return committed_version(group_state, self.num_key_groups)
 
     def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
              has_timers: bool) -> tuple[bool, int]:
         assert self._call is not None
         path, record, versions = self._call
         changes = self.backend.take_changes()
-        batch = batch_id if batch_id is not None else 0
-        written = 0
         if record is None and self.backend.is_empty():
             group_state.remove()  # nothing was ever stored for this group
             return False, 0
-        if not changes:
-            new = record
-        else:
-            tag = uuid.uuid4().hex[:16]
-            encoded = changes.encode()
-            if self.policy.wants_base(record, len(encoded)):
-                checkpoint = f"{path}.base-{tag}"
-                try:
-                    self.backend.checkpoint(checkpoint)
-                    new, written = versions.write_base(
-                        record, checkpoint, batch, tag, self.backend.state_metadata(),
-                        self.backend.raw_column_names(), self.retain_batches)
-                finally:
-                    shutil.rmtree(checkpoint, ignore_errors=True)
-            else:
-                new = versions.write_changelog(record, encoded, batch, tag)
-                written = new.changelogs[-1].size
+        new, written = save_version(self.backend, versions, record, changes, batch_id if batch_id is not None else 0,
+                                    self.policy, self.retain_batches, path)
         assert new is not None
-        group_state.update(StateRow(STATE_ROW_FORMAT_ROCKSDB, self.num_key_groups, new.to_bytes(), b"",
-                                    new.base_batch, new.tag).to_tuple())
+        group_state.update(version_row(self.num_key_groups, new))
         self._saved_tag = new.tag
         return True, written
 

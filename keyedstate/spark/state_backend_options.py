@@ -8,7 +8,7 @@ from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotError
-from keyedstate.spark.key_group_store import HEAP, ROCKSDB, STATE_BACKENDS
+from keyedstate.state.key_groups.store import HEAP, ROCKSDB, STATE_BACKENDS
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = ["resolve_rocksdb_mode"]

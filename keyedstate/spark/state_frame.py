@@ -22,7 +22,7 @@ import re
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from keyedstate.errors import ConfigurationError
-from keyedstate.spark.row_format import StateRow
+from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.spark.compat import state_rows_frame
 from keyedstate.spark.state_reader import decode_state_row
 from keyedstate.state.descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor

@@ -16,7 +16,7 @@ from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.spark.compat import read_state_rows
-from keyedstate.spark.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
+from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
 from keyedstate.state.descriptors import StateDescriptor

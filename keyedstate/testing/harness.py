@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence, Union
 
 from keyedstate.api.process_function import KeyedProcessFunction
@@ -28,6 +27,7 @@ from keyedstate.state.base.backend import KeyedStateBackend
 from keyedstate.state.descriptors import StateDescriptor
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing.clock import ManualClock
+from keyedstate.testing.snapshots import HarnessSnapshot, harness_store
 from timers import to_epoch_millis, to_time_bound
 
 __all__ = ["KeyedProcessHarness", "HarnessSnapshot", "KeyedHarnessBase", "key_selector_function", "require_function"]
@@ -35,19 +35,6 @@ __all__ = ["KeyedProcessHarness", "HarnessSnapshot", "KeyedHarnessBase", "key_se
 logger = logging.getLogger("keyedstate.testing.harness")
 
 BackendChoice = Union[str, KeyedStateBackend]
-
-
-@dataclass(frozen=True)
-class HarnessSnapshot:
-    """What :meth:`KeyedProcessHarness.snapshot` (and ``KeyedCoProcessHarness.snapshot``) returns and
-    :meth:`KeyedProcessHarness.restore` (and ``KeyedCoProcessHarness.restore``) takes."""
-
-    checkpoint_id: int
-    storage_uri: str
-    manifests: tuple[Any, ...]
-    processing_time: int
-    max_parallelism: int
-    backend_kind: str = field(default="heap")
 
 
 def key_selector_function(selector: Any, what: str = "key_selector") -> Callable[[Any], Any]:
@@ -94,9 +81,11 @@ class KeyedHarnessBase:
         self.partitions = partitions
         key_group_range = key_group_range_for_partition(partition, partitions, max_parallelism)
         self.backend = self._make_backend(backend, max_parallelism, key_group_range)
+        self._store: Any = None  # the save/restore step of the backend (created at the first snapshot or restore)
         self._checkpoint_id = 0
         self._function = function
         self.operator: Optional[KeyedProcessOperator] = None
+        self._opened = False
 
     # ---- setup -----------------------------------------------------------------------------------------------------
 
@@ -106,39 +95,47 @@ class KeyedHarnessBase:
         return path
 
     def _make_backend(self, choice: BackendChoice, max_parallelism: int, key_group_range: Any) -> KeyedStateBackend:
-        from keyedstate.checkpoint import CheckpointStorage
-
-        storage = CheckpointStorage(self._checkpoint_dir)
-        scope = f"partition-{key_group_range.start}-{key_group_range.end}"
         if isinstance(choice, KeyedStateBackend):
             return choice
         if choice == "heap":
             return HeapKeyedStateBackend(
                 max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=self._clock,
-                checkpoint_storage=storage, scope=scope,
             )
         if choice == "rocksdb":
             from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
 
+            # Its writes are recorded, so a snapshot stores per key group only what changed (see snapshots.py).
             return RocksDBKeyedStateBackend(
                 self._temp_dir("keyedstate-harness-rocksdb-"), max_parallelism=max_parallelism,
-                key_group_range=key_group_range, ttl_clock=self._clock, checkpoint_storage=storage, scope=scope,
+                key_group_range=key_group_range, ttl_clock=self._clock, record_changes=True,
             )
         raise ConfigurationError(f"backend must be 'heap', 'rocksdb' or a KeyedStateBackend, got {choice!r}")
 
     def open(self) -> Any:
         """Create the operator and call the function's ``open``. Returns the harness."""
+        if not self._opened:
+            operator = self._created_operator()
+            operator.open()
+            self._opened = True
+            operator.advance_processing_time(self._clock())
+        return self
+
+    def _created_operator(self) -> KeyedProcessOperator:
+        """The operator (and its timer service), created but not opened: a restore loads into it first."""
         if self.operator is None:
             self.operator = KeyedProcessOperator(
                 self._function, self.backend, index_of_this_subtask=self.partition,
                 number_of_parallel_subtasks=self.partitions,
             )
-            self.operator.open()
-            self.operator.advance_processing_time(self._clock())
-        return self
+        return self.operator
+
+    def _persistence(self) -> Any:
+        if self._store is None:
+            self._store = harness_store(self.backend, self._checkpoint_dir)
+        return self._store
 
     def _operator(self) -> KeyedProcessOperator:
-        if self.operator is None:
+        if self.operator is None or not self._opened:
             raise KeyedStateError("the harness is not open: call harness.open() first")
         return self.operator
 
@@ -194,14 +191,17 @@ class KeyedHarnessBase:
     # ---- snapshots -------------------------------------------------------------------------------------------------
 
     def snapshot(self) -> HarnessSnapshot:
-        """Snapshot state and timers (a checkpoint), as Flink does between two records."""
-        self._operator()
+        """Snapshot state and timers (a checkpoint), as Flink does between two records.
+
+        Every key group with state or timers is saved as the committed row a Spark micro-batch writes for it (see
+        :mod:`keyedstate.testing.snapshots`)."""
+        operator = self._operator()
         self._checkpoint_id += 1
-        manifest = self.backend.snapshot(self._checkpoint_id)
+        rows = self._persistence().snapshot(self._checkpoint_id, operator.timer_service)
         return HarnessSnapshot(
             checkpoint_id=self._checkpoint_id,
             storage_uri=self._checkpoint_dir,
-            manifests=(manifest,),
+            rows=rows,
             processing_time=self._clock(),
             max_parallelism=self.backend.max_parallelism,
             backend_kind=self.backend.backend_kind,
@@ -217,15 +217,26 @@ class KeyedHarnessBase:
         snapshots = [snapshot] if isinstance(snapshot, HarnessSnapshot) else list(snapshot)
         if not snapshots:
             raise ConfigurationError("restore needs at least one snapshot")
+        if len({s.max_parallelism for s in snapshots}) > 1:
+            raise ConfigurationError(
+                f"the snapshots were taken with different max_parallelism "
+                f"({sorted({s.max_parallelism for s in snapshots})}); restore snapshots of one job only"
+            )
         harness = make(
             **options, max_parallelism=snapshots[0].max_parallelism, checkpoint_dir=snapshots[0].storage_uri,
             initial_processing_time=max(s.processing_time for s in snapshots),
         )
+        harness._checkpoint_id = max(s.checkpoint_id for s in snapshots)
         owned = harness.backend.key_group_range
-        manifests = [
-            m for s in snapshots for m in s.manifests if _overlaps(m.key_group_range, owned)
-        ]
-        harness.backend.restore(manifests)
+        rows: dict[int, tuple] = {}
+        # Each owned key group from one snapshot: the newest that holds it when snapshots overlap.
+        for taken in sorted(snapshots, key=lambda s: s.checkpoint_id):
+            rows.update((key_group, row) for key_group, row in taken.rows.items() if key_group in owned)
+        try:
+            harness._persistence().restore(rows, harness._created_operator().timer_service)
+        except BaseException:
+            harness.close()
+            raise
         # As in Flink, the watermark is not part of a snapshot (it is Long.MIN_VALUE until the next watermark
         # arrives); processing time resumes where the snapshot was taken, so overdue processing-time timers fire
         # right after the restore.
@@ -235,10 +246,12 @@ class KeyedHarnessBase:
     def close(self) -> None:
         """Call the function's ``close`` and release the backend and temporary directories."""
         try:
-            if self.operator is not None:
+            if self.operator is not None and self._opened:
                 self.operator.close()
         finally:
             self.backend.close()
+            if self._store is not None:
+                self._store.close()
             for path in self._temp_dirs:
                 if path != self._checkpoint_dir or not self._keeps_checkpoints():
                     shutil.rmtree(path, ignore_errors=True)
@@ -315,7 +328,3 @@ class KeyedProcessHarness(KeyedHarnessBase):
             lambda **options: cls(function, key_selector, **options), snapshot, backend=backend, partition=partition,
             partitions=partitions,
         )
-
-
-def _overlaps(left: Any, right: Any) -> bool:
-    return left.start <= right.end and right.start <= left.end

@@ -1,6 +1,6 @@
 """Checkpoint storage on a real S3-compatible server (S3Proxy on 127.0.0.1): credentials and endpoint from options or
-the standard AWS environment, RocksDB snapshots through it, and outages ridden out within the retry budget or
-reported naming the location and the option to raise."""
+the standard AWS environment, RocksDB-mode versions (harness snapshots, base collection) through it, and outages
+ridden out within the retry budget or reported naming the location and the option to raise."""
 
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ import time
 import pytest
 
 from keyedstate import ValueStateDescriptor
-from keyedstate.checkpoint import CheckpointStorage, restore_latest
+from keyedstate.checkpoint import CheckpointStorage
 from keyedstate.checkpoint.filesystems import StorageOptions
-from keyedstate.checkpoint.manifest import FileEntry
+from keyedstate.checkpoint.manifest import FileEntry, SnapshotManifest
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, StorageUnavailableError
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
+from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
+from keyedstate.testing.snapshots import HarnessVersionStore
+from timers import InternalTimerService
 
 pytestmark = pytest.mark.slow
 
@@ -66,19 +70,22 @@ def test_unknown_or_malformed_options_are_refused():
         CheckpointStorage("s3://bucket/x", options={"endpoint_url": "ftp://localhost"})
 
 
-def test_a_rocksdb_snapshot_goes_to_s3_and_restores_from_it(s3, tmp_path):
+def test_a_harness_rocksdb_snapshot_goes_to_s3_and_restores_from_it(s3, tmp_path):
     location = f"s3://{s3.bucket}/harness"
-    backend = RocksDBKeyedStateBackend(str(tmp_path / "db1"), max_parallelism=8,
-                                       checkpoint_storage=CheckpointStorage(location, options=s3.storage_options()))
+    backend = RocksDBKeyedStateBackend(str(tmp_path / "db1"), max_parallelism=8, record_changes=True)
+    store = HarnessVersionStore(backend, CheckpointStorage(location, options=s3.storage_options()))
     count = backend.get_or_create_state(ValueStateDescriptor("count", int))
     for key in range(200):
         backend.set_current_key(f"k{key}")
         count.update(key)
-    backend.snapshot(checkpoint_id=1)
+    rows = store.snapshot(1, InternalTimerService(backend))
+    store.close()
     backend.close()
-    restored = RocksDBKeyedStateBackend(str(tmp_path / "db2"), max_parallelism=8,
-                                        checkpoint_storage=CheckpointStorage(location, options=s3.storage_options()))
-    assert restore_latest(restored) is not None
+    assert rows and all(VersionRecord.from_bytes(row[2]).location == location for row in rows.values())
+    restored = RocksDBKeyedStateBackend(str(tmp_path / "db2"), max_parallelism=8, record_changes=True)
+    loader = HarnessVersionStore(restored, CheckpointStorage(location, options=s3.storage_options()))
+    loader.restore(rows, InternalTimerService(restored))
+    loader.close()
     count = restored.get_or_create_state(ValueStateDescriptor("count", int))
     restored.set_current_key("k123")
     assert count.value() == 123
@@ -133,17 +140,27 @@ def test_the_options_never_show_their_secrets():
     assert "endpoint_override='127.0.0.1:9000'" in repr(options) and "scheme='http'" in repr(options)
 
 
-def test_retention_on_s3_deletes_dropped_snapshots_and_leaves_no_objects_behind(s3, tmp_path):
-    storage = CheckpointStorage(f"s3://{s3.bucket}/retained", retained_checkpoints=2, options=s3.storage_options())
-    backend = RocksDBKeyedStateBackend(str(tmp_path / "db"), max_parallelism=8, checkpoint_storage=storage)
+def test_key_group_versions_on_s3_delete_replaced_bases_and_leave_no_objects_behind(s3, tmp_path):
+    storage = CheckpointStorage(f"s3://{s3.bucket}/retained", options=s3.storage_options())
+    versions = KeyGroupVersions(storage, key_group=0, num_key_groups=8)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=8)
     count = backend.get_or_create_state(ValueStateDescriptor("count", int))
-    for checkpoint_id in range(1, 6):
+    record = None
+    for batch in range(5):
+        backend.open_key_group(str(tmp_path / "local"))
         for key in range(50):
             backend.set_current_key(f"k{key}")
-            count.update(key * checkpoint_id)
-        backend.snapshot(checkpoint_id=checkpoint_id)
+            count.update(key * batch)
+        backend.take_changes()
+        backend.checkpoint(str(tmp_path / f"base-{batch}"))
+        record, _ = versions.write_base(record, str(tmp_path / f"base-{batch}"), batch, f"{batch:04x}",
+                                        backend.state_metadata(), backend.raw_column_names(), retain_batches=1)
+        backend.close_key_group()
     backend.close()
-    assert storage.checkpoint_ids_of_scope("kg-0-7") == [4, 5]
-    on_disk = {p.relative_to(s3.data_dir / s3.bucket / "retained").parts[0]
-               for p in (s3.data_dir / s3.bucket / "retained").rglob("*") if p.is_file()}
-    assert on_disk == {"chk-4", "chk-5", "shared"}
+    root = s3.data_dir / s3.bucket / "retained"
+    on_s3 = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+    kept = [versions.read_manifest(record.base, 4)] + [
+        SnapshotManifest.from_bytes(storage.read_bytes(f"kg-00000/b{3:012d}-0003.json"), "base 3")]
+    named = {entry.path for manifest in kept for entry in manifest.files}
+    # base 3 stays while a retried batch 4 may restore it; bases 0..2 and every object only they named are gone
+    assert on_s3 == named | {record.base.path, f"kg-00000/b{3:012d}-0003.json"}

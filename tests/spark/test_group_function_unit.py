@@ -151,7 +151,7 @@ def test_a_grouping_value_the_layout_never_produces_is_rejected():
 
 def test_a_key_group_gone_after_a_restart_with_fewer_key_groups_names_both_numbers():
     # Spark wakes the rows of key groups 4..6 (timeouts) after a restart from num_key_groups=7 to 4.
-    from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, StateRow
+    from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_FULL, StateRow
 
     state = FakeGroupState()
     state.update(StateRow(STATE_ROW_FORMAT_FULL, 7, b"", b"").to_tuple())

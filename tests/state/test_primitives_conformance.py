@@ -18,6 +18,7 @@ from keyedstate import (
     ValueStateDescriptor,
 )
 from keyedstate.errors import (
+    ConfigurationError,
     NoKeyContextError,
     NullKeyError,
     SerializationError,
@@ -470,7 +471,18 @@ class TestBadInput:
         assert backend.state_names() == ["x"]
 
 
-def test_backends_take_part_in_checkpoints_as_listeners(backend):
-    from keyedstate.checkpoint import CheckpointListener
+def test_the_backend_interface_declares_what_the_key_group_stores_call(backend):
+    from keyedstate.state.base import KeyedStateBackend
 
-    assert isinstance(backend, CheckpointListener)
+    for method in ("export_records", "load_stored_records", "reset", "count_keys_with_state", "raw_column_names",
+                   "prepare_snapshot", "take_changes", "replay", "is_empty", "checkpoint", "state_metadata",
+                   "open_key_group", "attach_key_group", "detach_key_group", "close_key_group", "start_recording",
+                   "estimate_keys_with_state"):
+        assert callable(getattr(KeyedStateBackend, method)) and callable(getattr(backend, method))
+    with pytest.raises(ConfigurationError, match="open_key_group.*one local database per key group"):
+        backend.open_key_group("elsewhere")
+    if backend.backend_kind == "heap":  # row mode moves records; only a backend that records writes has changes
+        with pytest.raises(ConfigurationError, match="take_changes.*records its writes"):
+            backend.take_changes()
+    else:
+        assert not backend.take_changes()

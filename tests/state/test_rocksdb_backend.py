@@ -227,15 +227,6 @@ def test_a_second_backend_in_this_process_is_locked_out_until_the_first_closes(b
     RocksDBKeyedStateBackend(tmp_path / "db").close()
 
 
-def test_work_directories_left_by_a_crash_are_removed_on_open(tmp_path):
-    for leftover in ("db.snapshot-7-abc", "db.restore-1234/0"):
-        (tmp_path / leftover).mkdir(parents=True)
-        (tmp_path / leftover / "000001.sst").write_bytes(b"x")
-    (tmp_path / "db-other.snapshot-1").mkdir()
-    RocksDBKeyedStateBackend(tmp_path / "db").close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["db", "db-other.snapshot-1"]
-
-
 def test_state_used_after_close_fails_clearly(backend):
     state = backend.get_or_create_state(ValueStateDescriptor("v", int))
     backend.set_current_key("k")

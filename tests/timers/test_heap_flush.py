@@ -13,16 +13,14 @@ def stored(backend, column=EVENT):
     return sorted(decode_record(k, v) for k, v in backend.raw_column(column).items())
 
 
-def test_heap_timers_are_flushed_into_the_raw_column_by_the_snapshot_hook(tmp_path):
-    from keyedstate.checkpoint.storage import CheckpointStorage
-
-    backend = HeapKeyedStateBackend(checkpoint_storage=CheckpointStorage(tmp_path))
+def test_heap_timers_are_flushed_into_the_raw_column_by_the_snapshot_hook():
+    backend = HeapKeyedStateBackend()
     service = InternalTimerService(backend)
     for key in range(40):
         backend.set_current_key(key)
         service.register_event_time_timer(V, key * 3)
     assert stored(backend) == []  # nothing written through
-    backend.snapshot(1)  # runs the pre-snapshot hook
+    backend.prepare_snapshot()  # runs the pre-snapshot hook
     assert stored(backend) == sorted(service.timers(TimeDomain.EVENT_TIME))
 
     backend.set_current_key(7)

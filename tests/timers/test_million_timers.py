@@ -68,7 +68,7 @@ def test_a_million_timers_survive_a_rocksdb_snapshot_and_fire_exactly_once_in_or
         backend.set_current_key("user-7")  # and a timer far behind the cached heads
         service.register_event_time_timer(VOID_NAMESPACE, max(user_7))
 
-        (restored,) = snapshot_restore(setup, backend)
+        (restored,) = snapshot_restore(setup, backend, service)
         backend.close()
         trigger = CountingTrigger(restored)
         service2 = InternalTimerService(restored, trigger, storage="rocksdb")

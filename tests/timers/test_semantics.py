@@ -327,7 +327,7 @@ def test_timers_survive_a_snapshot_and_overdue_processing_timers_fire_right_afte
     service.delete_event_time_timer(V, 120)  # deleted timers stay deleted
     expected_event.discard((120, "k20"))
 
-    (restored,) = snapshot_restore(setup, backend)
+    (restored,) = snapshot_restore(setup, backend, service)
     backend2, service2, rec2 = make(setup, restored)
     assert service2.num_event_time_timers() == len(expected_event)
     assert service2.num_processing_time_timers() == len(expected_processing)
@@ -346,11 +346,11 @@ def test_a_later_snapshot_contains_the_changes_since_the_previous_one(setup):
     at(backend, "a")
     service.register_event_time_timer(V, 1)
     service.register_event_time_timer(V, 2)
-    snapshot_restore(setup, backend, checkpoint_id=1)
+    snapshot_restore(setup, backend, service, checkpoint_id=1)
     service.delete_event_time_timer(V, 1)
     at(backend, "b")
     service.register_event_time_timer(V, 3)
-    (restored,) = snapshot_restore(setup, backend, checkpoint_id=2)
+    (restored,) = snapshot_restore(setup, backend, service, checkpoint_id=2)
     _, service2, rec2 = make(setup, restored)
     service2.end_of_input()
     assert sorted(rec2.take()) == [(2, "a"), (3, "b")]
@@ -360,7 +360,7 @@ def test_restore_into_other_key_group_ranges_keeps_exactly_the_owned_timers(setu
     backend, service, rec = make(setup)
     expected_event, expected_processing = _populate(backend, service, keys=200)
     ranges = [KeyGroupRange(0, 41), KeyGroupRange(42, 99), KeyGroupRange(100, 127)]
-    restored = snapshot_restore(setup, backend, ranges=ranges)
+    restored = snapshot_restore(setup, backend, service, ranges=ranges)
     all_fired = []
     for key_group_range, new_backend in zip(ranges, restored):
         for column in ("_timer_state/event_user-timers", "_timer_state/processing_user-timers"):
@@ -382,7 +382,7 @@ def test_a_snapshot_of_one_timer_storage_restores_into_the_other(setup, first, s
     recorder = Recorder(backend)
     service = recorder.bind(setup.service(backend, storage=first))
     expected_event, expected_processing = _populate(backend, service, keys=30)
-    (restored,) = snapshot_restore(setup, backend)
+    (restored,) = snapshot_restore(setup, backend, service)
     recorder = Recorder(restored)
     service2 = recorder.bind(setup.service(restored, storage=second))
     assert service2.num_event_time_timers() == len(expected_event)
@@ -407,7 +407,7 @@ def test_the_raw_columns_hold_exactly_the_pending_timers_after_an_advance_and_at
 
     if setup.storage == "rocksdb":
         check()  # written through, and the deferred deletes of fired timers were applied at the end of the advance
-    backend.snapshot(1)  # heap: the hook writes the changed key groups
+    backend.prepare_snapshot()  # heap: the hook writes the changed key groups
     check()
 
 

@@ -1,4 +1,5 @@
-"""Helpers of the timer tests: backends of every kind, a recording Triggerable, snapshot + restore.
+"""Helpers of the timer tests: backends of every kind, a recording Triggerable, snapshot + restore (through the
+per-key-group save/restore step the harness uses).
 
 (A uniquely named module: every test directory has a ``conftest.py``, so ``from conftest import`` is ambiguous.)
 """
@@ -10,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 
-from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.heap import HeapKeyedStateBackend
+from keyedstate.testing.snapshots import harness_store
 from timers import InternalTimer, InternalTimerService, TimeDomain
 
 import keyedstate.state as _state_pkg
@@ -27,7 +28,7 @@ SETUPS = ["heap", "rocksdb", "column-on-heap"]
 
 @dataclass
 class Setup:
-    """Builds backends and services of one storage setup; every backend shares one checkpoint storage."""
+    """Builds backends and services of one storage setup; every backend's snapshots share one storage."""
 
     name: str
     tmp_path: Any
@@ -35,21 +36,27 @@ class Setup:
     cache_capacity: int = 4
     _count: int = 0
     backends: list = field(default_factory=list)
+    stores: dict = field(default_factory=dict)
 
     @property
     def storage(self) -> str:
         return "heap" if self.name == "heap" else "rocksdb"
 
-    def checkpoint_storage(self) -> CheckpointStorage:
-        return CheckpointStorage(self.tmp_path / "checkpoints")
+    def checkpoint_dir(self) -> str:
+        return str(self.tmp_path / "checkpoints")
+
+    def store(self, backend: Any) -> Any:
+        """The harness's save/restore step for ``backend`` (one per backend: RocksDB versions continue)."""
+        store = self.stores.get(id(backend))
+        if store is None:
+            store = self.stores[id(backend)] = harness_store(backend, self.checkpoint_dir())
+        return store
 
     def backend(self, key_group_range: Optional[KeyGroupRange] = None, max_parallelism: Optional[int] = None) -> Any:
         self._count += 1
         kwargs = dict(
             max_parallelism=max_parallelism or self.max_parallelism,
             key_group_range=key_group_range,
-            checkpoint_storage=self.checkpoint_storage(),
-            scope=f"b{self._count}",
         )
         if self.name == "rocksdb":
             from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
@@ -68,6 +75,8 @@ class Setup:
     def close(self) -> None:
         for backend in self.backends:
             backend.close()
+        for store in self.stores.values():
+            getattr(store, "close", lambda: None)()
 
 
 @dataclass
@@ -124,14 +133,20 @@ class Recorder:
         return out
 
 
-def snapshot_restore(setup: Setup, backend: Any, checkpoint_id: int = 1,
+def snapshot_restore(setup: Setup, backend: Any, service: InternalTimerService, checkpoint_id: int = 1,
                      ranges: Optional[list[KeyGroupRange]] = None) -> list[Any]:
-    """Snapshot ``backend`` and restore the snapshot into new backends (one per range; default: the same range)."""
-    manifest = backend.snapshot(checkpoint_id)
+    """Save every key group of ``backend`` (state and ``service``'s timers) as a harness snapshot does and restore
+    the rows into new backends (one per range, each loading only its key groups; default: the same range). A
+    loading service of the same name puts the timers into the new backend's raw columns, where a service the test
+    creates afterwards finds them."""
+    rows = setup.store(backend).snapshot(checkpoint_id, service)
     restored = []
     for key_group_range in ranges or [backend.key_group_range]:
         new = setup.backend(key_group_range=key_group_range, max_parallelism=backend.max_parallelism)
-        new.restore([manifest])
+        # RocksDB versions restore timers into raw columns, which a RocksDB timer storage re-reads
+        storage = "rocksdb" if new.backend_kind == "rocksdb" else service.storage
+        loading = InternalTimerService(new, name=service.name, storage=storage)
+        setup.store(new).restore({kg: row for kg, row in rows.items() if kg in key_group_range}, loading)
+        loading.flush()
         restored.append(new)
     return restored
-

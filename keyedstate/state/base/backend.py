@@ -2,7 +2,8 @@
 
 A backend holds the state of the key groups in ``key_group_range``. The operator sets the current key before it
 calls user code; every state primitive then reads and writes the current key's state. Backends differ only in how
-they store entries (:mod:`keyedstate.state.base.stores`) and how they snapshot and restore them.
+they store entries (:mod:`keyedstate.state.base.stores`); a key group's state is saved and restored through
+:mod:`keyedstate.state.key_groups` (the committed row of Spark's state modes and of harness snapshots).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 from keyedstate.errors import (
     ConfigurationError,
@@ -107,8 +108,8 @@ class RegisteredState:
 class KeyedStateBackend(ABC):
     """State for the key groups in ``key_group_range``, scoped to the current key.
 
-    Not thread-safe: one operator drives one backend, as in Flink (processing, timers and snapshots never run
-    concurrently).
+    Not thread-safe: one operator drives one backend, as in Flink (processing, timers and saving key groups never
+    run concurrently).
     """
 
     backend_kind: str = "abstract"
@@ -315,7 +316,9 @@ class KeyedStateBackend(ABC):
     def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
         """Every (stored key, serialized entry) of a state in the shared layout, ascending by stored key."""
 
-    # ---- one key group's records: the save/restore step of Spark's row mode --------------------------------------
+    # ---- saving and restoring key groups (keyedstate.state.key_groups: Spark's state modes and the harness) -------
+    # Row mode (format 1) moves records in the shared layout; RocksDB mode (format 2) stores recorded changes and
+    # RocksDB checkpoints, which only a backend that records its writes has (the others raise).
 
     @abstractmethod
     def export_records(self) -> list[tuple["StateMetadata", list[tuple[bytes, bytes]]]]:
@@ -337,30 +340,72 @@ class KeyedStateBackend(ABC):
         """How many (key, namespace) pairs hold an entry in at least one state."""
 
     @abstractmethod
+    def raw_column_names(self) -> list[str]:
+        """Names of every raw column that exists (created, or restored)."""
+
+    @abstractmethod
+    def prepare_snapshot(self) -> None:
+        """Before a snapshot is saved: run the pre-snapshot hooks (timer services flush into their raw columns) and
+        drop expired entries of TTL states that ask for cleanup in background or at full snapshots."""
+
+    def take_changes(self) -> Any:
+        """The writes since the last call (a :class:`~keyedstate.state.rocksdb.changelog.ChangeLog`)."""
+        raise self._no_change_log("take_changes")
+
+    def replay(self, changes: Any) -> None:
+        """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` (not recorded again)."""
+        raise self._no_change_log("replay")
+
+    def is_empty(self) -> bool:
+        """Whether no state and no raw column holds an entry."""
+        raise self._no_change_log("is_empty")
+
+    def checkpoint(self, target: str) -> None:
+        """A RocksDB checkpoint of the backend's database in ``target``."""
+        raise self._no_change_log("checkpoint")
+
+    # A backend pointed at one key group's local database per call (RocksDB mode on Spark:
+    # keyedstate.state.rocksdb.key_group_backend.KeyGroupRocksDBBackend); the others hold their key groups themselves.
+
+    def open_key_group(self, path: str, record_changes: bool = True) -> None:
+        """Open the key group database at ``path`` and bind every state to it."""
+        raise self._no_key_group_databases("open_key_group")
+
+    def attach_key_group(self, database: Any) -> None:
+        """Bind every state to an open key group database an earlier call detached."""
+        raise self._no_key_group_databases("attach_key_group")
+
+    def detach_key_group(self) -> Any:
+        """Unbind every state from the current key group database and hand it over, still open."""
+        raise self._no_key_group_databases("detach_key_group")
+
+    def close_key_group(self) -> None:
+        """Flush and close the current key group database."""
+        raise self._no_key_group_databases("close_key_group")
+
+    def start_recording(self) -> None:
+        """Record the writes of later calls from now on (a key group database opened empty)."""
+        raise self._no_key_group_databases("start_recording")
+
+    def estimate_keys_with_state(self) -> int:
+        """How many keys hold state, cheaply (for metrics); exact unless a backend can only estimate."""
+        return self.count_keys_with_state()
+
+    def _no_key_group_databases(self, method: str) -> Exception:
+        return ConfigurationError(
+            f"{method}() needs a backend with one local database per key group (RocksDB mode's "
+            f"KeyGroupRocksDBBackend); the {type(self).__name__} holds its key groups itself"
+        )
+
+    def _no_change_log(self, method: str) -> Exception:
+        return ConfigurationError(
+            f"{method}() needs a backend that records its writes (RocksDB); the {self.backend_kind} backend stores "
+            f"key groups as whole rows (export_records / load_stored_records)"
+        )
+
+    @abstractmethod
     def cleanup_expired_state(self) -> int:
         """Delete every expired entry of states with TTL; return how many were deleted."""
-
-    @abstractmethod
-    def snapshot(self, checkpoint_id: int) -> Any:
-        """Write a snapshot for ``checkpoint_id`` to the checkpoint storage and return its manifest."""
-
-    @abstractmethod
-    def restore(self, manifests: Sequence[Any]) -> None:
-        """Load the owned key groups from one or more snapshots (several when rescaling)."""
-
-    # ---- the checkpoint listener protocol (keyedstate.checkpoint.CheckpointListener) ------------------------------
-
-    def snapshot_state(self, checkpoint_id: int) -> Any:
-        """Take the snapshot of ``checkpoint_id`` (same as :meth:`snapshot`)."""
-        return self.snapshot(checkpoint_id)
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Nothing to do: a snapshot is durable once its manifest is written, and retention runs as it is written."""
-        logger.debug("checkpoint %d complete", checkpoint_id)
-
-    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
-        """Nothing to undo: an aborted checkpoint's manifest is never restored before a complete one's."""
-        logger.debug("checkpoint %d aborted", checkpoint_id)
 
     def close(self) -> None:
         self._closed = True

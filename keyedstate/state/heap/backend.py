@@ -1,9 +1,9 @@
-"""The heap backend: all state in Python dicts, snapshotted in the shared stored-key layout."""
+"""The heap backend: all state in Python dicts, saved as records in the shared stored-key layout."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
@@ -47,9 +47,8 @@ def _key_prefix_end(stored_key: bytes) -> int:
 class HeapKeyedStateBackend(KeyedStateBackend):
     """Keeps every entry as a Python object; fastest for state that fits in memory.
 
-    ``checkpoint_storage`` is needed only for :meth:`snapshot` / :meth:`restore`. With ``validate_writes`` (the
-    default) every non-scalar value is serialized once when written, so a value that could never be snapshotted is
-    rejected at once with an error naming the state, instead of failing every later snapshot.
+    With ``validate_writes`` (the default) every non-scalar value is serialized once when written, so a value that
+    could never be saved is rejected at once with an error naming the state, instead of failing every later save.
     """
 
     backend_kind = "heap"
@@ -60,14 +59,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
         key_group_range: Optional[KeyGroupRange] = None,
         ttl_clock: TtlClock = system_clock_ms,
-        checkpoint_storage: Any = None,
-        scope: Optional[str] = None,
         validate_writes: bool = True,
     ) -> None:
         super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
         self.validate_writes = validate_writes
-        self.checkpoint_storage = checkpoint_storage
-        self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
         # Restored records of states not registered (yet): kept as bytes and carried into later snapshots.
         self._pending_records: dict[str, list[tuple[bytes, bytes]]] = {}
 
@@ -136,14 +131,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             self._pending_records.setdefault(metadata.name, []).extend(kept)
         return len(kept)
 
-    def load_raw_column_records(self, name: str, records: Iterable[tuple[bytes, bytes]]) -> int:
-        kept = self._owned_records(records)
-        if name in self._raw_columns:
-            self._raw_columns[name].put_many(kept)
-        else:
-            self._pending_records.setdefault(_raw_column_state_name(name), []).extend(kept)
-        return len(kept)
-
     def _owned_records(self, records: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         owned = self.key_group_range
         if owned.start == 0 and owned.end == self.max_parallelism - 1:
@@ -192,6 +179,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._restored_metadata.clear()
         self.clear_current_key()
 
+    def prepare_snapshot(self) -> None:
+        self._run_pre_snapshot_hooks()  # timers flush into their raw column here
+        now = self.ttl_clock()
+        for registered in self._states.values():
+            ttl = registered.descriptor.ttl_config
+            if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot):
+                _remove_expired(registered.descriptor.kind, registered.store.data, now - ttl.ttl_millis)
+
     # ---- keys, cleanup -------------------------------------------------------------------------------------------
 
     def iter_keys(self, state_name: str) -> Iterator[Any]:
@@ -232,19 +227,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             else:
                 total += len(data)
         return total
-
-    # ---- snapshots -----------------------------------------------------------------------------------------------
-
-    def snapshot(self, checkpoint_id: int) -> Any:
-        from keyedstate.state.heap.snapshot import snapshot_heap_backend
-
-        return snapshot_heap_backend(self, checkpoint_id)
-
-    def restore(self, manifests: Sequence[Any]) -> None:
-        from keyedstate.state.heap.snapshot import restore_heap_backend
-
-        restore_heap_backend(self, manifests)
-
 
 _RAW_PREFIX = "\x01raw:"
 

@@ -1,12 +1,10 @@
-"""The RocksDB keyed state backend: state larger than memory, incremental snapshots."""
+"""The RocksDB keyed state backend: state larger than memory; with recorded writes, incremental saves."""
 
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import os
-import shutil
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from keyedstate.errors import UnknownStateError
@@ -16,6 +14,7 @@ from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlC
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_of, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
+from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.errors import translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
@@ -26,7 +25,7 @@ __all__ = ["RocksDBKeyedStateBackend"]
 
 logger = logging.getLogger("keyedstate.state.rocksdb")
 
-_METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
+METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
 _TTL_PREFIX_BYTES = 8
 _CLEANUP_BATCH = 10_000
 # Every stored key starts with a 2-byte key group < 0xffff (max parallelism is at most 32768).
@@ -36,8 +35,8 @@ _AFTER_EVERY_KEY = b"\xff\xff\xff"
 class RocksDBKeyedStateBackend(KeyedStateBackend):
     """Keyed state in a local RocksDB database at ``path`` (one column family per state, WAL off).
 
-    ``checkpoint_storage`` (a :class:`keyedstate.checkpoint.CheckpointStorage`) is needed for :meth:`snapshot`
-    and :meth:`restore`; ``scope`` names this partition's directory in it (default ``kg-<start>-<end>``).
+    With ``record_changes`` every write is also recorded (:meth:`take_changes`): key groups are then saved as the
+    changes since their last save (:mod:`keyedstate.state.key_groups.versioned`).
     """
 
     backend_kind = "rocksdb"
@@ -55,27 +54,17 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         key_group_range: Optional[KeyGroupRange] = None,
         ttl_clock: TtlClock = system_clock_ms,
         options: Optional[RocksDBOptions] = None,
-        checkpoint_storage: Any = None,
-        scope: Optional[str] = None,
+        record_changes: Optional[bool] = None,
     ) -> None:
         super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
+        if record_changes is not None:
+            self.record_changes = record_changes
         self.path = os.path.abspath(os.fspath(path))
         self.options = options or RocksDBOptions()
-        self.checkpoint_storage = checkpoint_storage
-        self.scope = scope or f"kg-{self.key_group_range.start}-{self.key_group_range.end}"
-        # sha256 of local SST files by (name, size): SSTs are immutable and a live database never reuses a number.
-        self.sst_checksums: dict[tuple[str, int], str] = {}
         self._value_stores: list[RocksDBValueStore] = []
         self._database = RocksDatabase(self.path, self.options, self.record_changes,
                                        collect_on_close=self.collect_on_close)
-        self._remove_leftover_work_directories()
         self._load_metadata_from_database()
-
-    def _remove_leftover_work_directories(self) -> None:
-        """Snapshot and restore work next to the database (``<path>.snapshot-*``, ``<path>.restore-*``); a process
-        that crashed mid-way leaves them behind. Only the lock holder uses these names, so removing them is safe."""
-        for leftover in glob.glob(glob.escape(self.path) + ".snapshot-*") + glob.glob(glob.escape(self.path) + ".restore-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
 
     # ---- stores --------------------------------------------------------------------------------------------------
 
@@ -118,8 +107,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _stored_metadata(self) -> Iterator[StateMetadata]:
         """The metadata of every state the database describes (registered or not)."""
-        for key, value in self._database.db.items(from_key=_METADATA_PREFIX):
-            if not key.startswith(_METADATA_PREFIX):
+        for key, value in self._database.db.items(from_key=METADATA_PREFIX):
+            if not key.startswith(METADATA_PREFIX):
                 break
             yield StateMetadata.from_json(json.loads(value))
 
@@ -134,7 +123,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _put_metadata(self, name: str, metadata: bytes) -> None:
         default = self._database.column_families[DEFAULT_CF]
-        key = _METADATA_PREFIX + name.encode()
+        key = METADATA_PREFIX + name.encode()
         if default.get(key) != metadata:  # unchanged metadata is not written again (nor recorded as a change)
             default.put(key, metadata)
 
@@ -217,7 +206,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             database.column_families[name].delete_range(b"", _AFTER_EVERY_KEY)
         for name in list(self._restored_metadata):
             if name not in self._states:
-                database.column_families[DEFAULT_CF].delete(_METADATA_PREFIX + name.encode())
+                database.column_families[DEFAULT_CF].delete(METADATA_PREFIX + name.encode())
         self._restored_metadata.clear()
         for store in self._stores():
             store.bind(database)  # drops what stores cache about the data (list sequences)
@@ -270,24 +259,34 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             database.write(batch)
         return removed
 
+    def prepare_snapshot(self) -> None:
+        self._run_pre_snapshot_hooks()  # timers flush, value states write what they kept back
+        self._cleanup_expired(only_snapshot_cleanup=True)
+
+    def take_changes(self) -> ChangeLog:
+        """The writes since the database was opened or the last call (all of its content when not recording)."""
+        self._run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
+        database = self._database
+        return database.take_changes() if database.records_changes else database.contents_as_changes()
+
+    def is_empty(self) -> bool:
+        """Whether no state and no raw column (timers) holds an entry."""
+        self.write_pending_values()
+        return self._database.is_empty()
+
+    def checkpoint(self, target: str) -> None:
+        """A consistent copy of the database in ``target`` (SST files hard-linked); expired TTL entries are removed
+        first, so a base snapshot never carries them."""
+        self._run_pre_snapshot_hooks()
+        self._cleanup_expired(only_snapshot_cleanup=False)
+        self._database.checkpoint(target)
+
     def replay(self, changes: Any) -> None:
         """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
         again: it is stored already)."""
         self.write_pending_values(forget=True)
         changes.apply(self._database)
         self._load_metadata_from_database()  # the changes may describe states the database did not know
-
-    # ---- snapshots -----------------------------------------------------------------------------------------------
-
-    def snapshot(self, checkpoint_id: int) -> Any:
-        from keyedstate.state.rocksdb.snapshot import snapshot_rocksdb_backend
-
-        return snapshot_rocksdb_backend(self, checkpoint_id)
-
-    def restore(self, manifests: Sequence[Any]) -> None:
-        from keyedstate.state.rocksdb.restore import restore_rocksdb_backend
-
-        restore_rocksdb_backend(self, manifests)
 
     def _stores(self) -> list[Any]:
         return [registered.store for registered in self._states.values()] + list(self._raw_columns.values())
@@ -312,7 +311,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                                        self.collect_on_close)
         for store in self._stores():
             store.bind(self._database)
-        self.sst_checksums = {}
 
     def close(self) -> None:
         if not self._closed and self._database.is_open:

@@ -64,7 +64,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self._database = database
         for store in self._stores():
             store.bind(database)
-        self.sst_checksums = {}
         self._bound_to_database()
 
     def start_recording(self) -> None:
@@ -106,17 +105,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
             return
         super().close()
 
-    def take_changes(self) -> ChangeLog:
-        """The writes since the database was opened or the last call (all of its content when not recording)."""
-        self._run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
-        database = self._database
-        return database.take_changes() if database.records_changes else database.contents_as_changes()
-
-    def is_empty(self) -> bool:
-        """Whether no state and no raw column (timers) holds an entry."""
-        self.write_pending_values()
-        return self._database.is_empty()
-
     def replay(self, changes: ChangeLog) -> None:
         super().replay(changes)
         self._check_registered_against_database()
@@ -131,13 +119,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
             except Exception:  # an estimate for metrics only; rocksdict raises plain Exception
                 return -1
         return total
-
-    def checkpoint(self, target: str) -> None:
-        """A consistent copy of the database in ``target`` (SST files hard-linked); expired TTL entries are removed
-        first, so a base snapshot never carries them."""
-        self._run_pre_snapshot_hooks()
-        self._cleanup_expired(only_snapshot_cleanup=False)
-        self._database.checkpoint(target)
 
     def cleanup_expired_state(self) -> int:
         """Nothing per call: scanning every entry of a large key group each call would cost what the RocksDB mode

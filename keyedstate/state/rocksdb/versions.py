@@ -19,6 +19,7 @@ which suits object stores (no atomic rename) as well as file systems.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -35,9 +36,8 @@ from keyedstate.errors import SnapshotCorruptedError, SnapshotError
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
-from keyedstate.state.rocksdb.snapshot import sha256_file
 
-__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions"]
+__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "sha256_file"]
 
 logger = logging.getLogger("keyedstate.checkpoint.versions")
 
@@ -113,6 +113,14 @@ class VersionRecord:
             raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
 
 
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while chunk := file.read(4 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 class _Where:
     """Names the key group and batch in CheckpointStorage's verification errors."""
 
@@ -144,6 +152,10 @@ class KeyGroupVersions:
             where = _Where(f"key group {self.key_group} base snapshot of batch {record.base_batch}")
             for entry in manifest.files:
                 self.storage.download_verified(entry, where, os.path.join(local_path, entry.name))
+        return self.read_changelogs(record)
+
+    def read_changelogs(self, record: VersionRecord) -> list[ChangeLog]:
+        """The changelogs of ``record`` in order, each verified."""
         return [self._read_changelog(entry) for entry in record.changelogs]
 
     def read_manifest(self, entry: FileEntry, batch: Optional[int]) -> SnapshotManifest:

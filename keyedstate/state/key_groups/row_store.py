@@ -1,30 +1,42 @@
-"""Row mode (``state_backend="heap"``): a key group's whole state and timers live in its Spark state row.
+"""Row mode (``state_backend="heap"``): a key group's whole state and timers live in its committed row (format 1).
 
-The row is decoded into a heap backend at the start of every call and encoded again at its end, so a call costs
-time proportional to the group's whole state; Spark's state store snapshots the row per micro-batch.
+On Spark the row is decoded into a heap backend at the start of every call and encoded again at its end, so a call
+costs time proportional to the group's whole state; Spark's state store snapshots the row per micro-batch. The
+harness writes the same row for every key group it holds when it takes a snapshot
+(:class:`keyedstate.testing.snapshots.HarnessRowStore`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
-from keyedstate.spark.key_group_store import HEAP, KeyGroupStore, committed_row
-from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, StateRow, decode_state_payload, encode_state_payload
-from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
 from keyedstate.state.heap import HeapKeyedStateBackend
+from keyedstate.state.key_groups.row_format import (
+    STATE_ROW_FORMAT_FULL,
+    StateRow,
+    decode_state_payload,
+    encode_state_payload,
+)
+from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, committed_row
 
 __all__ = ["RowKeyGroupStore"]
 
+Records = list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]
+
 
 class RowKeyGroupStore(KeyGroupStore):
-    """One heap backend reused for every key group the worker runs (reset between groups)."""
+    """One heap backend reused for every key group the worker runs (reset between groups).
 
-    def __init__(self, num_key_groups: int, ttl_clock: Any) -> None:
+    ``backend``: a backend to load into and save from instead (the harness's, holding many key groups; see
+    :meth:`_export`)."""
+
+    def __init__(self, num_key_groups: int, ttl_clock: Any = None, backend: Optional[KeyedStateBackend] = None) -> None:
         self.num_key_groups = num_key_groups
         # Values are serialized when the row is written at the end of the call, which fails the whole (atomic)
         # batch on an unserializable value; validating every write as well would only slow the hot path.
-        self.backend = HeapKeyedStateBackend(max_parallelism=num_key_groups, ttl_clock=ttl_clock,
-                                             validate_writes=False)
+        self.backend = backend if backend is not None else HeapKeyedStateBackend(
+            max_parallelism=num_key_groups, ttl_clock=ttl_clock, validate_writes=False)
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
         row = committed_row(group_state, self.num_key_groups, HEAP)
@@ -35,9 +47,13 @@ class RowKeyGroupStore(KeyGroupStore):
         if row.timers:
             timer_service.import_key_group(row.timers, key_group)
 
+    def _export(self, key_group: int) -> Records:
+        """The records of ``key_group``'s states: on Spark everything the backend holds (one key group per call)."""
+        return self.backend.export_records()
+
     def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
              has_timers: bool) -> tuple[bool, int]:
-        records = self.backend.export_records()
+        records = self._export(key_group)
         if not records and not has_timers:
             # No timeout is set in this call, so Spark deletes the row (see spark-platform.md).
             group_state.remove()

@@ -1,12 +1,20 @@
-"""The one save/restore step of a key group on Spark, and what both state modes share.
+"""The one save/restore step of a key group, shared by Spark's two state modes and the test harnesses.
 
-A key-group call of the group function runs: ``store.load`` (state and timers of the group ready in
-``store.backend``) -> timers and elements -> ``store.save`` (writes the group's Spark state row, the commit record)
--> Spark's timeout is set -> ``store.finish`` (always, also after a failure). Two stores implement it:
+A key group's state is saved as one *committed row* (:class:`~keyedstate.state.key_groups.row_format.StateRow`)
+kept by a holder with Spark's ``GroupState`` surface (``exists``, ``get``, ``update``, ``remove``): on Spark the
+key group's state row, in the harness a :class:`~keyedstate.state.key_groups.memory_group_state.MemoryGroupState`
+held by the snapshot. A key-group call of the Spark group function runs: ``store.load`` (state and timers of the
+group ready in ``store.backend``) -> timers and elements -> ``store.save`` (writes the row, the commit record) ->
+Spark's timeout is set -> ``store.finish`` (always, also after a failure). Two kinds of record exist:
 
-* :class:`keyedstate.spark.row_mode.RowKeyGroupStore` (``state_backend="heap"``): the row carries the whole state.
-* :class:`keyedstate.spark.rocksdb_mode.RocksDBKeyGroupStore` (``state_backend="rocksdb"``): the state lives in a
-  local RocksDB per key group; the row carries a small version record naming durable files.
+* format 1, :class:`keyedstate.state.key_groups.row_store.RowKeyGroupStore` (``state_backend="heap"``): the row
+  carries the whole state and timers of the group.
+* format 2, :mod:`keyedstate.state.key_groups.versioned` (``state_backend="rocksdb"``): the state lives in RocksDB;
+  the row carries a small version record naming durable files (a base snapshot and changelogs). Spark's store is
+  :class:`keyedstate.spark.rocksdb_mode.RocksDBKeyGroupStore` (one local database per key group); the harness's
+  is :class:`keyedstate.testing.snapshots.HarnessVersionStore` (one database holding every owned key group).
+
+This package imports neither pyspark nor anything of :mod:`keyedstate.spark` (Spark imports it, never the reverse).
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from abc import ABC, abstractmethod
 from typing import Any, Optional
 
 from keyedstate.errors import ConfigurationError
-from keyedstate.spark.row_format import STATE_ROW_FORMAT_FULL, STATE_ROW_FORMAT_ROCKSDB, StateRow
+from keyedstate.state.base.backend import KeyedStateBackend
+from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_FULL, STATE_ROW_FORMAT_ROCKSDB, StateRow
 
 __all__ = ["KeyGroupStore", "HEAP", "ROCKSDB", "STATE_BACKENDS", "check_recorded_key_groups", "committed_row"]
 
@@ -26,9 +35,12 @@ _BACKEND_OF_FORMAT = {STATE_ROW_FORMAT_FULL: HEAP, STATE_ROW_FORMAT_ROCKSDB: ROC
 
 
 class KeyGroupStore(ABC):
-    """Loads a key group's state into :attr:`backend` and saves it into the group's Spark state row."""
+    """Loads a key group's state into :attr:`backend` and saves it into the group's committed row.
 
-    backend: Any
+    Every method a store calls on its backend is declared on :class:`KeyedStateBackend`; those only some backends
+    can do (recorded changes, one local database per key group) raise ConfigurationError on the others."""
+
+    backend: KeyedStateBackend
 
     @abstractmethod
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
