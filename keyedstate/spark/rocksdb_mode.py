@@ -40,6 +40,7 @@ from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import StateStorageConflictError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
+from keyedstate.spark.initial_state import InitialState, check_origin
 from keyedstate.spark.key_group_store import ROCKSDB, KeyGroupStore, committed_row
 from keyedstate.spark.local_databases import LocalDatabases
 from keyedstate.spark.open_databases import OpenDatabases, open_databases_of, worker_reuse_enabled
@@ -78,9 +79,15 @@ class RocksDBKeyGroupStore(KeyGroupStore):
     def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str,
                  storage_options: Optional[StorageOptions] = None, local_dir: Optional[str],
                  uid: str, options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,
-                 retain_batches: int = 100, keep_open: Optional[bool] = None) -> None:
+                 retain_batches: int = 100, keep_open: Optional[bool] = None,
+                 initial_state: Optional[InitialState] = None, scope: Optional[tuple[str, str]] = None) -> None:
+        """``scope``: (local directory name, storage location) instead of the query's (query id,
+        ``<state_storage>/<query id>/<uid>``): where bootstrap_keyed_state writes."""
         self.num_key_groups = num_key_groups
         self.state_storage = state_storage
+        self.initial_state = initial_state
+        self.origin = initial_state.bootstrap_id if initial_state is not None else ""
+        self.scope = scope
         self.storage_options = storage_options
         self.uid = uid
         self.policy = policy or SnapshotPolicy()
@@ -100,25 +107,34 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                                               ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
         self._saved_tag: Optional[str] = None
+        self._bootstrapped = False  # this call restored the bootstrap's version, not a committed one
 
     def _storage(self, query_id: str) -> CheckpointStorage:
         storage = self._storages.get(query_id)
         if storage is None:
-            location = f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
+            location = self.scope[1] if self.scope else f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
             storage = self._storages[query_id] = CheckpointStorage(location, options=self.storage_options)
         return storage
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
-        query_id = current_query_id() or _NO_QUERY
+        query_id = self.scope[0] if self.scope else current_query_id() or _NO_QUERY
         local = self.local
         local.sweep()
         path = local.path(query_id, self.uid, key_group)
         record = self._committed_record(group_state)
+        self._bootstrapped = False
+        if record is not None:
+            check_origin(key_group, record.origin or None, self.initial_state)
+        elif self.initial_state is not None and self.initial_state.holds(key_group):
+            row = self.initial_state.row(key_group)
+            assert row is not None
+            record = VersionRecord.from_bytes(row.state)
+            self._bootstrapped = True
         storage = self._storage(query_id)
         run_id = current_run_id()
-        if run_id is not None:
+        if run_id is not None and self.scope is None:
             check_single_writer(storage, run_id, batch_id)
-        if record is not None and record.location and record.location != storage.location:
+        if record is not None and record.location and record.location != storage.location and not self._bootstrapped:
             raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
         versions = KeyGroupVersions(storage, key_group, self.num_key_groups)
         kept = self.open.take(path) if self.open is not None else None
@@ -138,9 +154,13 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         if record is None:
             shutil.rmtree(path, ignore_errors=True)
         elif kept is not None or local.read_tag(path) != record.tag:
+            source = versions
+            if self._bootstrapped:
+                assert self.initial_state is not None
+                source = KeyGroupVersions(self.initial_state.storage(), key_group, self.num_key_groups)
             logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
-                        key_group, batch_id, versions.storage.location, record.base_batch, len(record.changelogs))
-            changelogs = versions.restore(record, path)
+                        key_group, batch_id, source.storage.location, record.base_batch, len(record.changelogs))
+            changelogs = source.restore(record, path)
         os.makedirs(path, exist_ok=True)
         local.remove_tag(path)  # from here until finish() the database may differ from every committed version
         self.backend.open_key_group(path, record_changes=record is not None)
@@ -168,28 +188,37 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         if record is None and self.backend.is_empty():
             group_state.remove()  # nothing was ever stored for this group
             return False, 0
-        if not changes:
+        if self._bootstrapped:
+            # The bootstrap's files stay where they are: the first version in the query's own storage is a base
+            # of everything, so no version of the query names a file of the bootstrap.
+            new, written = self._write_base(None, path, versions, batch)
+        elif not changes:
             new = record
         else:
-            tag = uuid.uuid4().hex[:16]
             encoded = changes.encode()
             if self.policy.wants_base(record, len(encoded)):
-                checkpoint = f"{path}.base-{tag}"
-                try:
-                    self.backend.checkpoint(checkpoint)
-                    new, written = versions.write_base(
-                        record, checkpoint, batch, tag, self.backend.state_metadata(),
-                        self.backend.raw_column_names(), self.retain_batches)
-                finally:
-                    shutil.rmtree(checkpoint, ignore_errors=True)
+                new, written = self._write_base(record, path, versions, batch)
             else:
-                new = versions.write_changelog(record, encoded, batch, tag)
+                new = versions.write_changelog(record, encoded, batch, uuid.uuid4().hex[:16])
                 written = new.changelogs[-1].size
         assert new is not None
+        if new.origin != self.origin:
+            new = replace(new, origin=self.origin)
         group_state.update(StateRow(STATE_ROW_FORMAT_ROCKSDB, self.num_key_groups, new.to_bytes(), b"",
                                     new.base_batch, new.tag).to_tuple())
         self._saved_tag = new.tag
         return True, written
+
+    def _write_base(self, record: Optional[VersionRecord], path: str, versions: KeyGroupVersions,
+                    batch: int) -> tuple[VersionRecord, int]:
+        tag = uuid.uuid4().hex[:16]
+        checkpoint = f"{path}.base-{tag}"
+        try:
+            self.backend.checkpoint(checkpoint)
+            return versions.write_base(record, checkpoint, batch, tag, self.backend.state_metadata(),
+                                       self.backend.raw_column_names(), self.retain_batches)
+        finally:
+            shutil.rmtree(checkpoint, ignore_errors=True)
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
         call, self._call = self._call, None
