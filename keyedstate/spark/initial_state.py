@@ -29,6 +29,7 @@ from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, SnapshotError
 from keyedstate.spark.row_format import StateRow
+from keyedstate.state.rocksdb.versions import Where
 
 __all__ = ["KeyedStateBootstrap", "InitialState", "BOOTSTRAP_MANIFEST", "resolve_initial_state", "check_origin",
            "encode_row", "read_bootstrap_manifest", "storage_at", "write_bootstrap_manifest"]
@@ -74,22 +75,12 @@ class InitialState:
         entry = self.rows.get(key_group)
         if entry is None:
             return None
-        data = self.storage().read_verified(entry, _Where(f"key group {key_group}'s row of bootstrap "  # type: ignore[arg-type]
-                                                          f"{self.bootstrap_id}"))
+        where = Where(f"key group {key_group}'s row of bootstrap {self.bootstrap_id}")
+        data = self.storage().read_verified(entry, where)
         try:
             return StateRow(*msgpack.unpackb(data, raw=False))
         except Exception as error:  # msgpack raises several unrelated types for garbage
             raise SnapshotCorruptedError(f"{entry.path} in {self.location} cannot be decoded ({error})") from error
-
-
-class _Where:
-    """Names the file's owner in CheckpointStorage's verification errors."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def describe(self) -> str:
-        return self.text
 
 
 _STORAGES: dict[tuple[str, str], CheckpointStorage] = {}

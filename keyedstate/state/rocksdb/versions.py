@@ -37,7 +37,7 @@ from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.snapshot import sha256_file
 
-__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions"]
+__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "Where"]
 
 logger = logging.getLogger("keyedstate.checkpoint.versions")
 
@@ -121,8 +121,8 @@ class VersionRecord:
             raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
 
 
-class _Where:
-    """Names the key group and batch in CheckpointStorage's verification errors."""
+class Where:
+    """Names what a file belongs to (a key group and batch, a bootstrap) in CheckpointStorage's verification errors."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -149,18 +149,18 @@ class KeyGroupVersions:
         os.makedirs(local_path)
         if record.base is not None:
             manifest = self.read_manifest(record.base, record.base_batch)
-            where = _Where(f"key group {self.key_group} base snapshot of batch {record.base_batch}")
+            where = Where(f"key group {self.key_group} base snapshot of batch {record.base_batch}")
             for entry in manifest.files:
                 self.storage.download_verified(entry, where, os.path.join(local_path, entry.name))
         return [self._read_changelog(entry) for entry in record.changelogs]
 
     def read_manifest(self, entry: FileEntry, batch: Optional[int]) -> SnapshotManifest:
-        where = _Where(f"key group {self.key_group} base snapshot of batch {batch}")
+        where = Where(f"key group {self.key_group} base snapshot of batch {batch}")
         data = self.storage.read_verified(entry, where)
         return SnapshotManifest.from_bytes(data, f"{entry.path} in {self.storage.location}")
 
     def _read_changelog(self, entry: FileEntry) -> ChangeLog:
-        where = _Where(f"key group {self.key_group} changelog {entry.name}")
+        where = Where(f"key group {self.key_group} changelog {entry.name}")
         data = self.storage.read_verified(entry, where)
         return ChangeLog.decode(data, f"{entry.path} in {self.storage.location}")
 
