@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, KeyedStateBootstrapFunction, Types, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark import KeyedStateBootstrap, bootstrap_keyed_state, keyed_co_process, keyed_process
-from tests.spark.file_stream import start_query, write_input
+from tests.spark.file_stream import start_query, wait_until, write_input
 
 pytestmark = [pytest.mark.spark]
 
@@ -83,21 +83,25 @@ def history(keys: int) -> list[dict]:
 
 
 def new_events(batch: int, keys: int) -> list[dict]:
-    """Batch 0..2: 3,000 events over the keys (every key group gets some in batch 0); batch 3 moves the watermark
-    past every timer."""
+    """Batch 0..2: 3,000 events over the keys (every key group gets some in batch 0); batch 3, a key of its own,
+    moves the watermark past every timer of the others."""
     if batch == 3:
-        return [{"user": "u0", "amount": 0, "emit": True, "ts": iso(T0 + 10**9)}]
+        return [{"user": "flush", "amount": 0, "emit": True, "ts": iso(T0 + 10**9)}]
     return [{"user": f"u{(i * 7919 + batch * 104_729) % keys}", "amount": i % 5, "emit": True,
              "ts": iso(T0 + 100_000 + batch * 30_000 + i * 5)} for i in range(3_000)]
 
 
-def run(spark, base: Path, files: list[list[dict]], first_index: int = 0, **kwargs):
+def run(spark, base: Path, files: list[list[dict]], first_index: int = 0, quiet_keys: int = 0, **kwargs):
+    """Run the query over ``files``; with ``quiet_keys``, until that many keys' timers have emitted."""
     query = start_query(spark, base, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
                         num_key_groups=KEY_GROUPS, sink_path=base / "out", **kwargs)
     try:
         for index, rows in enumerate(files, start=first_index):
             write_input(base / "in", index, rows)
             query.processAllAvailable()
+        if quiet_keys:  # the timers fire in the batch after the flush event's: wait for it, whatever Spark's timing
+            wait_until(lambda: sum(kind == "quiet" for _, kind, *_ in output_of(spark, base)) >= quiet_keys, 180,
+                       f"{quiet_keys} keys' timers")
     finally:
         query.stop()
 
@@ -117,7 +121,7 @@ def backend_arguments(backend: str, base: Path) -> dict:
 def one_query(spark, tmp_path_factory):
     """The oracle: one query that reads the bootstrap's events as its first batch, then the new events."""
     base = tmp_path_factory.mktemp("one-query")
-    run(spark, base, [history(KEYS)] + [new_events(batch, KEYS) for batch in range(4)])
+    run(spark, base, [history(KEYS)] + [new_events(batch, KEYS) for batch in range(4)], quiet_keys=KEYS)
     return output_of(spark, base)
 
 
@@ -133,7 +137,8 @@ def test_a_bootstrapped_query_gives_the_output_of_one_query_that_saw_the_bootstr
     bootstrap_files = sorted(p for p in (tmp_path / "bootstrap").rglob("*") if p.is_file())
     arguments = {**backend_arguments(backend, tmp_path), "initial_state": str(tmp_path / "bootstrap")}
     run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2)], **arguments)
-    run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2, 4)], first_index=2, **arguments)  # restart
+    run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2, 4)], first_index=2, quiet_keys=KEYS,
+        **arguments)  # a restart from the checkpoint
     output = output_of(spark, tmp_path)
     assert sum(kind == "quiet" for _, kind, *_ in output) == KEYS  # every key's state reached its timer
     assert output == one_query
