@@ -94,6 +94,9 @@ def bootstrap_keyed_state(
                                  f"{state_backend!r}")
     if state_backend == HEAP and (state_local_dir is not None or rocksdb_options is not None):
         raise ConfigurationError("state_local_dir and rocksdb_options only apply with state_backend='rocksdb'")
+    if rocksdb_options is not None and not isinstance(rocksdb_options, RocksDBOptions):
+        raise ConfigurationError(f"rocksdb_options must be a keyedstate.RocksDBOptions, got "
+                                 f"{type(rocksdb_options).__qualname__}")
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ConfigurationError(f"path must be a path or URI string, got {path!r}")
     path = os.fspath(path)
