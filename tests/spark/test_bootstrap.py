@@ -24,6 +24,7 @@ T0 = 1_704_067_200_000
 KEYS = 100_000
 KEY_GROUPS = 16
 QUIET_MS = 60_000
+FLUSHED_TIMERS = T0 + 190_000  # the timers of new_events(1) and (2): only the flush event makes them due
 
 
 class Tally:
@@ -91,17 +92,18 @@ def new_events(batch: int, keys: int) -> list[dict]:
              "ts": iso(T0 + 100_000 + batch * 30_000 + i * 5)} for i in range(3_000)]
 
 
-def run(spark, base: Path, files: list[list[dict]], first_index: int = 0, quiet_keys: int = 0, **kwargs):
-    """Run the query over ``files``; with ``quiet_keys``, until that many keys' timers have emitted."""
+def run(spark, base: Path, files: list[list[dict]], first_index: int = 0, flushed: bool = False, **kwargs):
+    """Run the query over ``files``; with ``flushed``, until the timers the flush event makes due have fired."""
+    (base / "in").mkdir(parents=True, exist_ok=True)
     query = start_query(spark, base, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
                         num_key_groups=KEY_GROUPS, sink_path=base / "out", **kwargs)
     try:
         for index, rows in enumerate(files, start=first_index):
             write_input(base / "in", index, rows)
             query.processAllAvailable()
-        if quiet_keys:  # the timers fire in the batch after the flush event's: wait for it, whatever Spark's timing
-            wait_until(lambda: sum(kind == "quiet" for _, kind, *_ in output_of(spark, base)) >= quiet_keys, 180,
-                       f"{quiet_keys} keys' timers")
+        if flushed:  # they fire in the batch after the flush event's (one commit): wait for it, whatever the timing
+            wait_until(lambda: any(kind == "quiet" and at >= FLUSHED_TIMERS for _, kind, _, _, at in output_of(
+                spark, base)), 180, "the timers of the new events")
     finally:
         query.stop()
 
@@ -121,7 +123,7 @@ def backend_arguments(backend: str, base: Path) -> dict:
 def one_query(spark, tmp_path_factory):
     """The oracle: one query that reads the bootstrap's events as its first batch, then the new events."""
     base = tmp_path_factory.mktemp("one-query")
-    run(spark, base, [history(KEYS)] + [new_events(batch, KEYS) for batch in range(4)], quiet_keys=KEYS)
+    run(spark, base, [history(KEYS)] + [new_events(batch, KEYS) for batch in range(4)], flushed=True)
     return output_of(spark, base)
 
 
@@ -137,10 +139,10 @@ def test_a_bootstrapped_query_gives_the_output_of_one_query_that_saw_the_bootstr
     bootstrap_files = sorted(p for p in (tmp_path / "bootstrap").rglob("*") if p.is_file())
     arguments = {**backend_arguments(backend, tmp_path), "initial_state": str(tmp_path / "bootstrap")}
     run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2)], **arguments)
-    run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2, 4)], first_index=2, quiet_keys=KEYS,
+    run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2, 4)], first_index=2, flushed=True,
         **arguments)  # a restart from the checkpoint
     output = output_of(spark, tmp_path)
-    assert sum(kind == "quiet" for _, kind, *_ in output) == KEYS  # every key's state reached its timer
+    assert len({user for user, kind, *_ in output if kind == "quiet"}) == KEYS  # every key's state reached its timer
     assert output == one_query
     # the query read the bootstrap and wrote its own storage: the bootstrap's files are all still there
     assert sorted(p for p in (tmp_path / "bootstrap").rglob("*") if p.is_file()) == bootstrap_files
@@ -155,6 +157,7 @@ def small_bootstrap(spark, tmp_path_factory) -> KeyedStateBootstrap:
 
 def test_a_checkpoint_that_holds_state_refuses_an_initial_state_in_its_first_batch(spark, tmp_path,
                                                                                   small_bootstrap):
+    (tmp_path / "in").mkdir()
     query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
                         num_key_groups=4, sink_path=tmp_path / "out")
     try:
