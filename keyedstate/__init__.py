@@ -16,6 +16,7 @@ _LAZY_NAMES = {
     "Function": "keyedstate.api.process_function",
     "KeyedProcessFunction": "keyedstate.api.process_function",
     "KeyedCoProcessFunction": "keyedstate.api.co_process_function",
+    "KeyedStateBootstrapFunction": "keyedstate.api.bootstrap_function",
     "RuntimeContext": "keyedstate.api.runtime_context",
     "MAX_WATERMARK": "keyedstate.api.time_domain",
     "MIN_WATERMARK": "keyedstate.api.time_domain",
@@ -39,6 +40,7 @@ _LAZY_NAMES = {
 }
 
 if TYPE_CHECKING:
+    from keyedstate.api.bootstrap_function import KeyedStateBootstrapFunction
     from keyedstate.api.co_process_function import KeyedCoProcessFunction
     from keyedstate.api.process_function import Function, KeyedProcessFunction
     from keyedstate.api.runtime_context import RuntimeContext
@@ -88,6 +90,7 @@ __all__ = [
     "Function",
     "KeyedProcessFunction",
     "KeyedCoProcessFunction",
+    "KeyedStateBootstrapFunction",
     "MAX_WATERMARK",
     "MIN_WATERMARK",
     "OutputTag",

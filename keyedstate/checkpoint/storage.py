@@ -126,7 +126,7 @@ class CheckpointStorage:
             return result
 
     def _create_parent(self, relative: str) -> None:
-        if self._directories:  # object stores have none: creating them only costs requests
+        if self._directories and "/" in relative:  # object stores have none: creating them only costs requests
             self.filesystem.create_dir(self._full(relative.rsplit("/", 1)[0]), recursive=True)
 
     # ---- writing -------------------------------------------------------------------------------------------------

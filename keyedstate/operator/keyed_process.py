@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from keyedstate.api.bootstrap_function import KeyedStateBootstrapFunction
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.api.runtime_context import RuntimeContext
@@ -57,10 +58,14 @@ class _Context(KeyedProcessFunction.OnTimerContext):
         return self._domain
 
 
+# A bootstrap function sees the same context; it only uses the key and the timer service.
+KeyedStateBootstrapFunction.Context.register(_Context)
+
 # The element callbacks of each function kind, by input index.
 _ELEMENT_METHODS = {
     KeyedProcessFunction: ("process_element",),
     KeyedCoProcessFunction: ("process_element1", "process_element2"),
+    KeyedStateBootstrapFunction: ("process_element",),
 }
 
 
@@ -82,7 +87,7 @@ class KeyedProcessOperator:
 
     def __init__(
         self,
-        function: Union[KeyedProcessFunction, KeyedCoProcessFunction],
+        function: Union[KeyedProcessFunction, KeyedCoProcessFunction, KeyedStateBootstrapFunction],
         backend: KeyedStateBackend,
         *,
         task_name: Optional[str] = None,

@@ -11,7 +11,9 @@ from keyedstate.spark.api import (
     main_output,
     side_output,
 )
+from keyedstate.spark.bootstrap import bootstrap_keyed_state
 from keyedstate.spark.co_process import keyed_co_process
+from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
 from keyedstate.spark.state_frame import read_keyed_state_frame
@@ -26,6 +28,8 @@ __all__ = [
     "apply_in_pandas_with_state_args",
     "keyed_process",
     "keyed_co_process",
+    "bootstrap_keyed_state",
+    "KeyedStateBootstrap",
     "main_output",
     "side_output",
     "apply_recommended_conf",

@@ -37,6 +37,7 @@ from keyedstate.spark.group_function import (
     GroupFunctionSpec,
     make_group_function,
 )
+from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap, resolve_initial_state
 from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
@@ -192,6 +193,7 @@ def apply_in_pandas_with_state_args(
     uid: Optional[str] = None,
     rocksdb_options: Optional[RocksDBOptions] = None,
     snapshot_policy: Optional[SnapshotPolicy] = None,
+    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
@@ -214,7 +216,7 @@ def apply_in_pandas_with_state_args(
         num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
         state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
+        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options, initial_state=initial_state,
     )
 
 
@@ -243,6 +245,7 @@ def group_call(
     state_backend: str, state_storage: Optional[str], state_local_dir: Optional[str], uid: Optional[str],
     rocksdb_options: Optional[RocksDBOptions], snapshot_policy: Optional[SnapshotPolicy],
     state_storage_options: Optional[Mapping[str, Any]] = None, inputs: Any = None,
+    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """The prepared frame, grouping columns and ``applyInPandasWithState`` arguments for ``prepared`` (the input
     ``df`` with keyedstate's internal columns); ``inputs`` describes a two-input frame (see
@@ -255,6 +258,14 @@ def group_call(
         spec_groups = num_key_groups
     rocksdb = resolve_rocksdb_mode(df, function, state_backend, state_storage, state_local_dir, uid, rocksdb_options,
                                    snapshot_policy, state_storage_options)
+    initial = None
+    if initial_state is not None:
+        types = _column_types(df)
+        initial = resolve_initial_state(
+            initial_state, state_backend=rocksdb["state_backend"], num_key_groups=num_key_groups,
+            key_types=[types[c].simpleString() for c in key_columns],
+            storage_options=rocksdb.get("state_storage_options"),
+            call="keyed_process" if inputs is None else "keyed_co_process")
     spec = GroupFunctionSpec(
         runtime_id=uuid.uuid4().hex,
         key_columns=tuple(key_columns),
@@ -270,6 +281,7 @@ def group_call(
         key_group_layout=key_group_layout,
         parallelism=shuffle_partitions(df),
         inputs=inputs,
+        initial_state=initial,
         **rocksdb,
     )
     timeout = (
@@ -302,6 +314,7 @@ def keyed_process(
     uid: Optional[str] = None,
     rocksdb_options: Optional[RocksDBOptions] = None,
     snapshot_policy: Optional[SnapshotPolicy] = None,
+    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -348,6 +361,11 @@ def keyed_process(
       same function class in one query different uids. ``rocksdb_options`` tunes RocksDB
       (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` (:class:`keyedstate.spark.SnapshotPolicy`) says
       when a new base snapshot replaces changelogs.
+    * ``initial_state`` (the path :func:`keyedstate.spark.bootstrap_keyed_state` wrote to, or what it returned)
+      starts a new query from bootstrapped keyed state and timers: each key group's first call loads its state from
+      there (read in the executors). Give it on every restart of that checkpoint too. Refused when the checkpoint
+      already holds state that did not start from it, and when the bootstrap's ``state_backend``,
+      ``num_key_groups`` or key column types differ from the query's.
     """
     prepared, grouping, args = apply_in_pandas_with_state_args(
         df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,
@@ -355,7 +373,7 @@ def keyed_process(
         processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
         state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
+        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options, initial_state=initial_state,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 

@@ -38,6 +38,7 @@ from keyedstate.spark.api import (
     output_layout,
 )
 from keyedstate.spark.group_function import EVENT_TIME
+from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.spark.key_group_layout import BALANCED
 from keyedstate.state.key_groups.store import HEAP
 from keyedstate.spark.rows import column_values, rows_builder
@@ -168,6 +169,7 @@ def keyed_co_process(
     uid: Optional[str] = None,
     rocksdb_options: Optional[RocksDBOptions] = None,
     snapshot_policy: Optional[SnapshotPolicy] = None,
+    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
 ) -> DataFrame:
     """Run ``function`` over ``first`` (keyed by ``first_key_columns``) and ``second`` (keyed by
     ``second_key_columns``); returns the output stream (append mode).
@@ -189,8 +191,9 @@ def keyed_co_process(
     * Every other option is :func:`keyedstate.spark.keyed_process`'s, with the same meaning: ``time_mode``,
       ``num_key_groups``, ``key_group_layout``, ``side_outputs`` (read with ``main_output`` / ``side_output``),
       ``emit_metrics``, ``processing_time_poll_interval_ms``, ``state_backend`` (``"heap"`` or ``"rocksdb"``),
-      ``state_storage``, ``state_storage_options``, ``state_local_dir``, ``uid``, ``rocksdb_options`` and
-      ``snapshot_policy``.
+      ``state_storage``, ``state_storage_options``, ``state_local_dir``, ``uid``, ``rocksdb_options``,
+      ``snapshot_policy`` and ``initial_state`` (the bootstrap's key column types are compared with
+      ``first_key_columns``').
     """
     if not isinstance(function, KeyedCoProcessFunction):
         raise ConfigurationError(
@@ -247,6 +250,7 @@ def keyed_co_process(
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
         state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
         snapshot_policy=snapshot_policy, state_storage_options=state_storage_options, inputs=columns,
+        initial_state=initial_state,
     )
     return prepared.groupBy(*grouping).applyInPandasWithState(*args)
 

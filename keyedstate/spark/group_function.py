@@ -73,6 +73,7 @@ class GroupFunctionSpec:
     rocksdb_options: Any = None
     snapshot_policy: Any = None
     inputs: Any = None  # two inputs: a keyedstate.spark.co_process.TwoInputColumns (value_columns is then unused)
+    initial_state: Any = None  # keyedstate.state.key_groups.initial_state.InitialState: what key groups start from
 
 
 class _BatchClock:
@@ -91,10 +92,11 @@ class _GroupRuntime:
     """The per-worker-process machinery of one query: one opened function, one operator, one key-group store (and
     its backend) reused for every key group the worker runs."""
 
-    def __init__(self, spec: GroupFunctionSpec, function: Any) -> None:
+    def __init__(self, spec: GroupFunctionSpec, function: Any,
+                 make_store: Optional[Callable[[GroupFunctionSpec, Any], KeyGroupStore]] = None) -> None:
         self.spec = spec
         self.clock = _BatchClock()
-        self.store = _create_store(spec, self.clock)
+        self.store = (make_store or _create_store)(spec, self.clock)
         self.backend = self.store.backend
         call = self.call_name = "keyed_process" if spec.inputs is None else "keyed_co_process"
         self.operator = KeyedProcessOperator(
@@ -309,7 +311,7 @@ def _create_store(spec: GroupFunctionSpec, clock: Any) -> KeyGroupStore:
     if spec.state_backend == HEAP:
         from keyedstate.state.key_groups.row_store import RowKeyGroupStore
 
-        return RowKeyGroupStore(spec.num_key_groups, clock)
+        return RowKeyGroupStore(spec.num_key_groups, clock, initial_state=spec.initial_state)
     from keyedstate.spark.rocksdb_mode import RocksDBKeyGroupStore
 
     assert spec.state_storage is not None
@@ -317,4 +319,5 @@ def _create_store(spec: GroupFunctionSpec, clock: Any) -> KeyGroupStore:
         spec.num_key_groups, clock, state_storage=spec.state_storage, storage_options=spec.state_storage_options,
         local_dir=spec.local_dir, uid=spec.uid,
         options=spec.rocksdb_options, policy=spec.snapshot_policy, retain_batches=spec.retain_batches,
+        initial_state=spec.initial_state,
     )

@@ -39,6 +39,7 @@ from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import StateStorageConflictError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
+from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.store import KeyGroupStore
 from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
 from keyedstate.spark.local_databases import LocalDatabases
@@ -77,9 +78,15 @@ class RocksDBKeyGroupStore(KeyGroupStore):
     def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str,
                  storage_options: Optional[StorageOptions] = None, local_dir: Optional[str],
                  uid: str, options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,
-                 retain_batches: int = 100, keep_open: Optional[bool] = None) -> None:
+                 retain_batches: int = 100, keep_open: Optional[bool] = None,
+                 initial_state: Optional[InitialState] = None, scope: Optional[tuple[str, str]] = None) -> None:
+        """``scope``: (local directory name, storage location) instead of the query's (query id,
+        ``<state_storage>/<query id>/<uid>``): where bootstrap_keyed_state writes."""
         self.num_key_groups = num_key_groups
         self.state_storage = state_storage
+        self.initial_state = initial_state
+        self.origin = initial_state.bootstrap_id if initial_state is not None else ""
+        self.scope = scope
         self.storage_options = storage_options
         self.uid = uid
         self.policy = policy or SnapshotPolicy()
@@ -99,25 +106,34 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             self.local.idle_path(), max_parallelism=num_key_groups, ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
         self._saved_tag: Optional[str] = None
+        self._bootstrapped = False  # this call restored the bootstrap's version, not a committed one
 
     def _storage(self, query_id: str) -> CheckpointStorage:
         storage = self._storages.get(query_id)
         if storage is None:
-            location = f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
+            location = self.scope[1] if self.scope else f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
             storage = self._storages[query_id] = CheckpointStorage(location, options=self.storage_options)
         return storage
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
-        query_id = current_query_id() or _NO_QUERY
+        query_id = self.scope[0] if self.scope else current_query_id() or _NO_QUERY
         local = self.local
         local.sweep()
         path = local.path(query_id, self.uid, key_group)
         record = self._committed_record(group_state)
+        self._bootstrapped = False
+        if record is not None:
+            check_origin(key_group, record.origin or None, self.initial_state)
+        elif self.initial_state is not None and self.initial_state.holds(key_group):
+            row = self.initial_state.row(key_group)
+            assert row is not None
+            record = VersionRecord.from_bytes(row.state)
+            self._bootstrapped = True
         storage = self._storage(query_id)
         run_id = current_run_id()
-        if run_id is not None:
+        if run_id is not None and self.scope is None:
             check_single_writer(storage, run_id, batch_id)
-        if record is not None and record.location and record.location != storage.location:
+        if record is not None and record.location and record.location != storage.location and not self._bootstrapped:
             raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
         versions = KeyGroupVersions(storage, key_group, self.num_key_groups)
         kept = self.open.take(path) if self.open is not None else None
@@ -137,9 +153,13 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         if record is None:
             shutil.rmtree(path, ignore_errors=True)
         elif kept is not None or local.read_tag(path) != record.tag:
+            source = versions
+            if self._bootstrapped:
+                assert self.initial_state is not None
+                source = KeyGroupVersions(self.initial_state.storage(), key_group, self.num_key_groups)
             logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
-                        key_group, batch_id, versions.storage.location, record.base_batch, len(record.changelogs))
-            changelogs = versions.restore(record, path)
+                        key_group, batch_id, source.storage.location, record.base_batch, len(record.changelogs))
+            changelogs = source.restore(record, path)
         os.makedirs(path, exist_ok=True)
         local.remove_tag(path)  # from here until finish() the database may differ from every committed version
         self.backend.open_key_group(path, record_changes=record is not None)
@@ -165,8 +185,10 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             group_state.remove()  # nothing was ever stored for this group
             return False, 0
         new, written = save_version(self.backend, versions, record, changes, batch_id if batch_id is not None else 0,
-                                    self.policy, self.retain_batches, path)
+                                    self.policy, self.retain_batches, path, full_base=self._bootstrapped)
         assert new is not None
+        if new.origin != self.origin:
+            new = replace(new, origin=self.origin)
         group_state.update(version_row(self.num_key_groups, new))
         self._saved_tag = new.tag
         return True, written

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 
+import msgpack
 import pytest
 
 from keyedstate import Types, ValueStateDescriptor
@@ -57,6 +59,16 @@ def test_the_base_plus_its_changelogs_restore_the_last_version(chain, tmp_path):
     assert record.base_batch == 3 and len(record.changelogs) == 2
     assert VersionRecord.from_bytes(record.to_bytes()) == record
     assert restored(versions, record, str(tmp_path / "restore")) == expected
+
+
+def test_a_records_bootstrap_origin_round_trips_and_records_without_one_keep_their_bytes(chain):
+    _, _, record, _ = chain
+    assert not record.origin
+    plain = record.to_bytes()
+    assert len(msgpack.unpackb(plain, raw=False)) == 9  # what keyedstate wrote before origins existed
+    with_origin = replace(record, origin="b0075")
+    assert VersionRecord.from_bytes(with_origin.to_bytes()) == with_origin
+    assert msgpack.unpackb(with_origin.to_bytes(), raw=False)[:9] == msgpack.unpackb(plain, raw=False)
 
 
 def test_a_flipped_byte_in_any_referenced_file_is_named(chain, tmp_path):

@@ -9,7 +9,8 @@ Row schema (fixed, so Spark's state schema check never trips over keyedstate upg
                           format 2: the version record (keyedstate.state.rocksdb.versions.VersionRecord)
     timers        binary  format 1: the group's timers (timers' versioned key-group encoding); format 2: empty
     base_snapshot long    format 2: the batch of the base snapshot the version builds on (null before the first)
-    tag           string  format 2: the version's tag (unique per call that wrote it)
+    tag           string  format 2: the version's tag (unique per call that wrote it); format 1: the id of the
+                          bootstrap the query started from (keyed_process(initial_state=...)), null without one
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
 from keyedstate.state.heap import HeapKeyedStateBackend
+from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.row_format import (
     STATE_ROW_FORMAT_FULL,
     StateRow,
@@ -29,10 +30,15 @@ class RowKeyGroupStore(KeyGroupStore):
     """One heap backend reused for every key group the worker runs (reset between groups).
 
     ``backend``: a backend to load into and save from instead (the harness's, holding many key groups; see
-    :meth:`_export`)."""
+    :meth:`_export`). ``initial_state``: the bootstrap a query started from (key groups without a committed row
+    load their bootstrapped row)."""
 
-    def __init__(self, num_key_groups: int, ttl_clock: Any = None, backend: Optional[KeyedStateBackend] = None) -> None:
+    def __init__(self, num_key_groups: int, ttl_clock: Any = None, backend: Optional[KeyedStateBackend] = None,
+                 initial_state: Optional[InitialState] = None) -> None:
         self.num_key_groups = num_key_groups
+        self.initial_state = initial_state
+        # every row of a query started from a bootstrap carries its id (see keyedstate.state.key_groups.initial_state)
+        self.origin = initial_state.bootstrap_id if initial_state is not None else None
         # Values are serialized when the row is written at the end of the call, which fails the whole (atomic)
         # batch on an unserializable value; validating every write as well would only slow the hot path.
         self.backend = backend if backend is not None else HeapKeyedStateBackend(
@@ -40,6 +46,10 @@ class RowKeyGroupStore(KeyGroupStore):
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
         row = committed_row(group_state, self.num_key_groups, HEAP)
+        if row is not None:
+            check_origin(key_group, row.tag, self.initial_state)
+        elif self.initial_state is not None:
+            row = self.initial_state.row(key_group)
         if row is None:
             return
         for metadata, records in decode_state_payload(row.state):
@@ -55,12 +65,18 @@ class RowKeyGroupStore(KeyGroupStore):
              has_timers: bool) -> tuple[bool, int]:
         records = self._export(key_group)
         if not records and not has_timers:
+            if self.initial_state is not None and self.initial_state.holds(key_group):
+                # an empty row, not none: without a row the next call would load the bootstrapped state again
+                group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.num_key_groups, b"", b"", None,
+                                            self.origin).to_tuple())
+                return True, 0
             # No timeout is set in this call, so Spark deletes the row (see spark-platform.md).
             group_state.remove()
             return False, 0
         payload = encode_state_payload([(metadata.to_json(), recs) for metadata, recs in records])
         timer_blob = timer_service.export_key_group(key_group) if has_timers else b""
-        group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.num_key_groups, payload, timer_blob).to_tuple())
+        group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.num_key_groups, payload, timer_blob, None,
+                                    self.origin).to_tuple())
         return True, len(payload) + len(timer_blob)
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:

@@ -46,20 +46,23 @@ def version_row(num_key_groups: int, record: VersionRecord) -> tuple[Any, ...]:
 
 def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Optional[VersionRecord],
                  changes: ChangeLog, batch: int, policy: SnapshotPolicy, retain_batches: int,
-                 work_path: str) -> tuple[Optional[VersionRecord], int]:
+                 work_path: str, *, full_base: bool = False) -> tuple[Optional[VersionRecord], int]:
     """Store ``changes`` (the key group's writes since ``record``) as the next version; returns it (``record``
     itself when nothing changed) and the bytes written durably. ``work_path`` + a suffix is where a new base's
-    RocksDB checkpoint is made (on the local database's file system, so SSTs are hard links)."""
-    if not changes:
+    RocksDB checkpoint is made (on the local database's file system, so SSTs are hard links).
+
+    ``full_base``: the next version is a base of everything that builds on no earlier version (the first version of
+    a query started from a bootstrap, so that no version of the query names a file of the bootstrap)."""
+    if not changes and not full_base:
         return record, 0
     tag = uuid.uuid4().hex[:16]
-    encoded = changes.encode()
-    if policy.wants_base(record, len(encoded)):
+    encoded = b"" if full_base else changes.encode()
+    if full_base or policy.wants_base(record, len(encoded)):
         checkpoint = f"{work_path}.base-{tag}"
         try:
             source.checkpoint(checkpoint)
-            return versions.write_base(record, checkpoint, batch, tag, source.state_metadata(),
-                                       source.raw_column_names(), retain_batches)
+            return versions.write_base(None if full_base else record, checkpoint, batch, tag,
+                                       source.state_metadata(), source.raw_column_names(), retain_batches)
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)
     new = versions.write_changelog(record, encoded, batch, tag)

@@ -37,7 +37,7 @@ from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
 
-__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "sha256_file"]
+__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "Where", "sha256_file"]
 
 logger = logging.getLogger("keyedstate.checkpoint.versions")
 
@@ -83,6 +83,8 @@ class VersionRecord:
     """Earlier bases ``(base batch, batch that replaced it)`` that retained older records may still name."""
     location: str = ""
     """The storage root the file paths are relative to (lets a reader find the files from the record alone)."""
+    origin: str = ""
+    """The bootstrap the key group's state started from (``keyed_process(initial_state=...)``), or empty."""
 
     @property
     def changelog_bytes(self) -> int:
@@ -93,22 +95,28 @@ class VersionRecord:
         # directory and name follow from (batch, tag), and the checksum is kept as raw bytes.
         directory = self.changelogs[0].path.rsplit("/", 1)[0] if self.changelogs else ""
         changelogs = [[entry.name, entry.size, bytes.fromhex(entry.checksum)] for entry in self.changelogs]
-        return msgpack.packb([
+        fields = [
             _RECORD_VERSION, self.tag, self.base.to_json() if self.base else None, self.base_batch, self.base_bytes,
             directory, changelogs, [list(pair) for pair in self.retired], self.location,
-        ], use_bin_type=True)
+        ]
+        if self.origin:  # appended only when set: records of queries without an initial state keep their bytes
+            fields.append(self.origin)
+        return msgpack.packb(fields, use_bin_type=True)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "VersionRecord":
         try:
-            (version, tag, base, base_batch, base_bytes, directory, changelogs, retired,
-             location) = msgpack.unpackb(data, raw=False)
+            fields = msgpack.unpackb(data, raw=False)
+            (version, tag, base, base_batch, base_bytes, directory, changelogs, retired, location) = fields[:9]
+            origin = fields[9] if len(fields) > 9 else ""
+            if len(fields) > 10:
+                raise ValueError(f"{len(fields)} fields, at most 10 expected")
             if version != _RECORD_VERSION:
                 raise ValueError(f"record version {version} is not {_RECORD_VERSION}")
             return cls(str(tag), FileEntry.from_json(base) if base else None, base_batch, int(base_bytes),
                        tuple(FileEntry(f"{directory}/{name}", name, int(size), checksum.hex())
                              for name, size, checksum in changelogs),
-                       tuple((int(a), int(b)) for a, b in retired), str(location))
+                       tuple((int(a), int(b)) for a, b in retired), str(location), str(origin))
         except Exception as error:
             raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
 
@@ -121,8 +129,8 @@ def sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
-class _Where:
-    """Names the key group and batch in CheckpointStorage's verification errors."""
+class Where:
+    """Names what a file belongs to (a key group and batch, a bootstrap) in CheckpointStorage's verification errors."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -149,7 +157,7 @@ class KeyGroupVersions:
         os.makedirs(local_path)
         if record.base is not None:
             manifest = self.read_manifest(record.base, record.base_batch)
-            where = _Where(f"key group {self.key_group} base snapshot of batch {record.base_batch}")
+            where = Where(f"key group {self.key_group} base snapshot of batch {record.base_batch}")
             for entry in manifest.files:
                 self.storage.download_verified(entry, where, os.path.join(local_path, entry.name))
         return self.read_changelogs(record)
@@ -159,12 +167,12 @@ class KeyGroupVersions:
         return [self._read_changelog(entry) for entry in record.changelogs]
 
     def read_manifest(self, entry: FileEntry, batch: Optional[int]) -> SnapshotManifest:
-        where = _Where(f"key group {self.key_group} base snapshot of batch {batch}")
+        where = Where(f"key group {self.key_group} base snapshot of batch {batch}")
         data = self.storage.read_verified(entry, where)
         return SnapshotManifest.from_bytes(data, f"{entry.path} in {self.storage.location}")
 
     def _read_changelog(self, entry: FileEntry) -> ChangeLog:
-        where = _Where(f"key group {self.key_group} changelog {entry.name}")
+        where = Where(f"key group {self.key_group} changelog {entry.name}")
         data = self.storage.read_verified(entry, where)
         return ChangeLog.decode(data, f"{entry.path} in {self.storage.location}")
 
@@ -218,7 +226,8 @@ class KeyGroupVersions:
             # retry of this batch restores from it), so batch - retain_batches .. batch - 1.
             retired = tuple(pair for pair in record.retired + ((record.base_batch, batch),)
                             if pair[1] > batch - retain_batches)
-        new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location)
+        origin = record.origin if record is not None else ""
+        new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location, origin)
         self.collect_garbage(new)
         return new, uploaded
 

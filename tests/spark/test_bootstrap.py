@@ -1,0 +1,205 @@
+"""bootstrap_keyed_state on Spark: 100,000 keys bootstrapped from a DataFrame, then a query on new events gives the
+output of one query that saw the bootstrap's events first, also across a restart, in both state backends; and the
+refusals the driver and the first batch give."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import functions as F
+
+from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, KeyedStateBootstrapFunction, Types, ValueStateDescriptor
+from keyedstate.errors import ConfigurationError
+from keyedstate.spark import KeyedStateBootstrap, bootstrap_keyed_state, keyed_co_process, keyed_process
+from tests.spark.file_stream import start_query, wait_until, write_input
+
+pytestmark = [pytest.mark.spark]
+
+SCHEMA = "user STRING, amount BIGINT, emit BOOLEAN, ts TIMESTAMP"
+OUTPUT = "user STRING, kind STRING, count BIGINT, total BIGINT, at BIGINT"
+T0 = 1_704_067_200_000
+KEYS = 100_000
+KEY_GROUPS = 16
+QUIET_MS = 60_000
+FLUSHED_TIMERS = T0 + 190_000  # the timers of new_events(1) and (2): only the flush event makes them due
+
+
+class Tally:
+    """The state both functions keep per key: count and total of the amounts, the last event time, and a timer a
+    minute after it."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+        self.total = runtime_context.get_state(ValueStateDescriptor("total", Types.LONG()))
+        self.last = runtime_context.get_state(ValueStateDescriptor("last", Types.LONG()))
+
+    def add(self, value, timestamp, ctx) -> tuple[int, int]:
+        count, total = (self.count.value() or 0) + 1, (self.total.value() or 0) + value["amount"]
+        self.count.update(count)
+        self.total.update(total)
+        self.last.update(timestamp)
+        ctx.timer_service().register_event_time_timer(timestamp + QUIET_MS)
+        return count, total
+
+
+class TallyFunction(Tally, KeyedProcessFunction):
+    def process_element(self, value, ctx):
+        count, total = self.add(value, ctx.timestamp(), ctx)
+        if value["emit"]:
+            yield ctx.get_current_key(), "element", count, total, ctx.timestamp()
+
+    def on_timer(self, timestamp, ctx):
+        if timestamp == self.last.value() + QUIET_MS:
+            yield ctx.get_current_key(), "quiet", self.count.value(), self.total.value(), timestamp
+
+
+class TallySeed(Tally, KeyedStateBootstrapFunction):
+    def process_element(self, value, ctx):
+        self.add(value, value["ts_ms"], ctx)
+
+
+class CoTally(Tally, KeyedCoProcessFunction):
+    def process_element1(self, value, ctx):
+        return ()
+
+    def process_element2(self, value, ctx):
+        return ()
+
+
+def history_frame(spark, directory: Path, keys: int):
+    write_input(directory, 0, history(keys))
+    return spark.read.schema(SCHEMA).json(str(directory)).withColumn("ts_ms", F.unix_millis("ts"))
+
+
+def iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def history(keys: int) -> list[dict]:
+    # within 50 s: the timers they register (a minute later) are not due when the new events start
+    return [{"user": f"u{i}", "amount": i % 7, "emit": False, "ts": iso(T0 + (i % 50) * 1_000)} for i in range(keys)]
+
+
+def new_events(batch: int, keys: int) -> list[dict]:
+    """Batch 0..2: 3,000 events over the keys (every key group gets some in batch 0); batch 3, a key of its own,
+    moves the watermark past every timer of the others."""
+    if batch == 3:
+        return [{"user": "flush", "amount": 0, "emit": True, "ts": iso(T0 + 10**9)}]
+    return [{"user": f"u{(i * 7919 + batch * 104_729) % keys}", "amount": i % 5, "emit": True,
+             "ts": iso(T0 + 100_000 + batch * 30_000 + i * 5)} for i in range(3_000)]
+
+
+def run(spark, base: Path, files: list[list[dict]], first_index: int = 0, flushed: bool = False, **kwargs):
+    """Run the query over ``files``; with ``flushed``, until the timers the flush event makes due have fired."""
+    (base / "in").mkdir(parents=True, exist_ok=True)
+    query = start_query(spark, base, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        num_key_groups=KEY_GROUPS, sink_path=base / "out", **kwargs)
+    try:
+        for index, rows in enumerate(files, start=first_index):
+            write_input(base / "in", index, rows)
+            query.processAllAvailable()
+        if flushed:  # they fire in the batch after the flush event's (one commit): wait for it, whatever the timing
+            wait_until(lambda: any(kind == "quiet" and at >= FLUSHED_TIMERS for _, kind, _, _, at in output_of(
+                spark, base)), 180, "the timers of the new events")
+    finally:
+        query.stop()
+
+
+def output_of(spark, base: Path) -> list[tuple]:
+    return sorted(tuple(row) for row in spark.read.schema(OUTPUT).json(str(base / "out")).collect())
+
+
+def backend_arguments(backend: str, base: Path) -> dict:
+    if backend == "heap":
+        return {"state_backend": "heap"}
+    return {"state_backend": "rocksdb", "state_storage": str(base / "state-storage"),
+            "state_local_dir": str(base / "local")}
+
+
+@pytest.fixture(scope="module")
+def one_query(spark, tmp_path_factory):
+    """The oracle: one query that reads the bootstrap's events as its first batch, then the new events."""
+    base = tmp_path_factory.mktemp("one-query")
+    run(spark, base, [history(KEYS)] + [new_events(batch, KEYS) for batch in range(4)], flushed=True)
+    return output_of(spark, base)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_bootstrapped_query_gives_the_output_of_one_query_that_saw_the_bootstrap_first(spark, tmp_path, backend,
+                                                                                        one_query):
+    frame = history_frame(spark, tmp_path / "history", KEYS)
+    boot = bootstrap_keyed_state(frame, ["user"], TallySeed(), path=str(tmp_path / "bootstrap"),
+                                 num_key_groups=KEY_GROUPS, state_backend=backend,
+                                 **({"state_local_dir": str(tmp_path / "local")} if backend == "rocksdb" else {}))
+    assert (boot.key_groups_with_state, boot.state_backend) == (KEY_GROUPS, backend)
+    bootstrap_files = sorted(p for p in (tmp_path / "bootstrap").rglob("*") if p.is_file())
+    arguments = {**backend_arguments(backend, tmp_path), "initial_state": str(tmp_path / "bootstrap")}
+    run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2)], **arguments)
+    run(spark, tmp_path, [new_events(batch, KEYS) for batch in range(2, 4)], first_index=2, flushed=True,
+        **arguments)  # a restart from the checkpoint
+    output = output_of(spark, tmp_path)
+    assert len({user for user, kind, *_ in output if kind == "quiet"}) == KEYS  # every key's state reached its timer
+    assert output == one_query
+    # the query read the bootstrap and wrote its own storage: the bootstrap's files are all still there
+    assert sorted(p for p in (tmp_path / "bootstrap").rglob("*") if p.is_file()) == bootstrap_files
+
+
+@pytest.fixture(scope="module")
+def small_bootstrap(spark, tmp_path_factory) -> KeyedStateBootstrap:
+    base = tmp_path_factory.mktemp("small-bootstrap")
+    frame = history_frame(spark, base / "history", 20)
+    return bootstrap_keyed_state(frame, ["user"], TallySeed(), path=str(base / "bootstrap"), num_key_groups=4)
+
+
+def test_a_checkpoint_that_holds_state_refuses_an_initial_state_in_its_first_batch(spark, tmp_path,
+                                                                                  small_bootstrap):
+    (tmp_path / "in").mkdir()
+    query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        num_key_groups=4, sink_path=tmp_path / "out")
+    try:
+        write_input(tmp_path / "in", 0, new_events(0, 20))
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        num_key_groups=4, sink_path=tmp_path / "out", initial_state=small_bootstrap)
+    try:
+        write_input(tmp_path / "in", 1, new_events(1, 20))
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert "already holds state" in str(failure.value) and "Use a new checkpoint location" in str(failure.value)
+
+
+def test_the_driver_refuses_a_bootstrap_that_does_not_fit_the_query(spark, tmp_path, small_bootstrap):
+    stream = spark.readStream.schema(SCHEMA).json(str(tmp_path)).withWatermark("ts", "0 seconds")
+    define = dict(event_time_column="ts", initial_state=small_bootstrap)
+    with pytest.raises(ConfigurationError, match="bootstrapped with num_key_groups=4 but keyed_process runs with "
+                                                 "num_key_groups=8"):
+        keyed_process(stream, ["user"], TallyFunction(), OUTPUT, num_key_groups=8, **define)
+    with pytest.raises(ConfigurationError, match="bootstrapped with state_backend='heap' but keyed_process runs "
+                                                 "with state_backend='rocksdb'"):
+        keyed_process(stream, ["user"], TallyFunction(), OUTPUT, num_key_groups=4, state_backend="rocksdb",
+                      state_storage=str(tmp_path / "storage"), **define)
+    with pytest.raises(ConfigurationError, match="key columns of types \\(string\\) but the query's key columns "
+                                                 "have types \\(bigint\\)"):
+        keyed_process(stream, ["amount"], TallyFunction(), OUTPUT, num_key_groups=4, **define)
+    with pytest.raises(ConfigurationError, match="bootstrapped with num_key_groups=4 but keyed_co_process runs"):
+        keyed_co_process(stream, stream, ["user"], ["user"], CoTally(), OUTPUT,
+                         event_time_columns=("ts", "ts"), num_key_groups=8, initial_state=small_bootstrap)
+
+
+def test_bootstrap_keyed_state_refuses_what_it_cannot_write(spark, tmp_path, small_bootstrap):
+    frame = spark.read.schema(SCHEMA).json(str(Path(small_bootstrap.path).parent / "history"))  # ts_ms unused
+    with pytest.raises(ConfigurationError, match="already holds bootstrap [0-9a-f]+ .*Write to a new path"):
+        bootstrap_keyed_state(frame, ["user"], TallySeed(), path=small_bootstrap.path, num_key_groups=4)
+    with pytest.raises(ConfigurationError, match="reads a batch DataFrame"):
+        bootstrap_keyed_state(spark.readStream.schema(SCHEMA).json(str(tmp_path)), ["user"], TallySeed(),
+                              path=str(tmp_path / "b"))
+    with pytest.raises(ConfigurationError, match="must be a KeyedStateBootstrapFunction instance, got TallyFunction"):
+        bootstrap_keyed_state(frame, ["user"], TallyFunction(), path=str(tmp_path / "b"))
