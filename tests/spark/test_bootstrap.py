@@ -203,3 +203,40 @@ def test_bootstrap_keyed_state_refuses_what_it_cannot_write(spark, tmp_path, sma
                               path=str(tmp_path / "b"))
     with pytest.raises(ConfigurationError, match="must be a KeyedStateBootstrapFunction instance, got TallyFunction"):
         bootstrap_keyed_state(frame, ["user"], TallyFunction(), path=str(tmp_path / "b"))
+
+
+def test_bootstrapped_timers_of_a_key_group_fire_only_once_spark_calls_the_group(spark, tmp_path, small_bootstrap):
+    """Pins a difference from Flink (docs/differences-from-flink.md, "Bootstrapped timers"): Spark calls a key group
+    only for its input or its own timeout, so a bootstrapped timer waits for its key group's first call even when the
+    watermark has passed it; then it fires."""
+    from keyedstate.key_hashing import key_group_of_columns
+
+    group_of = {f"u{i}": key_group_of_columns([f"u{i}"], ["string"], 4) for i in range(20)}
+    woken = "u0"
+    same_group = {user for user, group in group_of.items() if group == group_of[woken] and user != woken}
+    asleep = sorted(user for user, group in group_of.items() if group != group_of[woken])
+    assert same_group and asleep
+
+    def quiet_users() -> set:
+        return {user for user, kind, *_ in output_of(spark, tmp_path) if kind == "quiet"}
+
+    (tmp_path / "in").mkdir()
+    query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        num_key_groups=4, sink_path=tmp_path / "out", initial_state=small_bootstrap)
+    try:
+        # one event, far past every bootstrapped timer: the watermark passes them all, but only u0's group is called
+        write_input(tmp_path / "in", 0, [{"user": woken, "amount": 1, "emit": False, "ts": iso(T0 + 10**9)}])
+        query.processAllAvailable()
+        wait_until(lambda: same_group <= quiet_users(), 120, "the timers of the called key group")
+        assert quiet_users() == same_group  # the other key groups' timers are due too, and wait
+
+        write_input(tmp_path / "in", 1, [{"user": asleep[0], "amount": 1, "emit": False, "ts": iso(T0 + 10**9)}])
+        query.processAllAvailable()
+        # the watermark is past already when this group is first called: its due timers fire before the element,
+        # the new key's own included
+        woken_group = {user for user in asleep if group_of[user] == group_of[asleep[0]]}
+        assert len(woken_group) > 1
+        wait_until(lambda: woken_group <= quiet_users(), 120, "the timers of the key group called next")
+        assert quiet_users() == same_group | woken_group
+    finally:
+        query.stop()
