@@ -24,6 +24,7 @@ __all__ = [
     "SnapshotCorruptedError",
     "NoRestorableSnapshotError",
     "StorageUnavailableError",
+    "StateVersionNotRetainedError",
     "StateStorageConflictError",
     "InvalidTimestampError",
     "UserFunctionError",
@@ -94,6 +95,12 @@ class SnapshotCorruptedError(SnapshotError):
 
 class NoRestorableSnapshotError(SnapshotError):
     """No retained snapshot could be restored."""
+
+
+class StateVersionNotRetainedError(SnapshotCorruptedError):
+    """A restart needs state files that were deleted: its checkpoint was rewound past the batches storage retains.
+
+    RocksDB mode keeps the files of the last ``spark.sql.streaming.minBatchesToRetain`` batches."""
 
 
 class StorageUnavailableError(SnapshotError):

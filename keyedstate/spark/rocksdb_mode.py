@@ -37,7 +37,7 @@ from typing import Any, Optional
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import StateStorageConflictError
+from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.store import KeyGroupStore
@@ -159,7 +159,13 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 source = KeyGroupVersions(self.initial_state.storage(), key_group, self.num_key_groups)
             logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
                         key_group, batch_id, source.storage.location, record.base_batch, len(record.changelogs))
-            changelogs = source.restore(record, path)
+            try:
+                changelogs = source.restore(record, path)
+            except SnapshotCorruptedError as error:
+                explained = _not_retained(key_group, batch_id, source, self.retain_batches, error)
+                if explained is None:
+                    raise
+                raise explained from error
         os.makedirs(path, exist_ok=True)
         local.remove_tag(path)  # from here until finish() the database may differ from every committed version
         self.backend.open_key_group(path, record_changes=record is not None)
@@ -234,6 +240,23 @@ def _moved_message(key_group: int, record: VersionRecord, location: str, uid: st
     return (f"key group {key_group}'s committed state is in {record.location}, but keyed_process now writes to "
             f"{location} ({what}); reading one and writing the other would mix two states. Restart with {fix}, or "
             f"start from a new checkpoint location")
+
+
+def _not_retained(key_group: int, batch_id: Optional[int], versions: KeyGroupVersions, retain_batches: int,
+                  error: SnapshotCorruptedError) -> Optional[StateVersionNotRetainedError]:
+    """A missing file explained, when later batches than this one already wrote the key group's files: Spark runs
+    this batch again from a checkpoint that was rewound (or restored from a backup) past what garbage collection
+    retains. Without later files it is damage, and the error stays the one naming the file."""
+    newest = versions.newest_batch()
+    if batch_id is None or newest is None or newest <= batch_id:
+        return None
+    return StateVersionNotRetainedError(
+        f"key group {key_group} cannot restore the state batch {batch_id} starts from ({error}): batches up to "
+        f"{newest} already ran on {versions.storage.location}, and its garbage collection keeps only the files of "
+        f"the last minBatchesToRetain ({retain_batches}) batches. The checkpoint was rewound or restored from a "
+        f"backup to a batch that is no longer retained: restart from one of the last {retain_batches} batches "
+        f"(docs/operations.md, 'Restarting from an older batch'), or restore the state storage from the same "
+        f"backup as the checkpoint")
 
 
 def _close_quietly(database: Any) -> None:

@@ -22,9 +22,14 @@ import sys
 import time
 from pathlib import Path
 
+from pyspark import cloudpickle
+
 from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
 from keyedstate.spark.compat import current_batch_id
 from tests.spark.local_cluster import executor_jvm_pid, use_private_spark_home
+
+if __name__ != "__main__":  # imported by a test: Spark's workers cannot import the tests (run as a script they need not)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 TIMEOUT_MS = 60_000
 SCHEMA = "user STRING, payload STRING, ts TIMESTAMP"
@@ -92,8 +97,6 @@ def main() -> int:
         use_private_spark_home(Path(base) / "spark-home")
     from pyspark.sql import SparkSession
 
-    from keyedstate.spark import keyed_process
-
     conf = {
         "spark.sql.shuffle.partitions": "2", "spark.ui.enabled": "false",
         "spark.sql.streaming.stateStore.providerClass": provider,
@@ -109,16 +112,25 @@ def main() -> int:
             builder = builder.config(key, value)
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
+    run_job(spark, base, backend_arguments)
+    spark.stop()
+    return 0
+
+
+def run_job(spark, base: str, backend_arguments: dict) -> None:
+    """The job's query on ``spark``, until every input file is processed (also run in the tests' own session)."""
+    from keyedstate.spark import keyed_process
+
     source = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).json(f"{base}/in")
               .withWatermark("ts", "0 seconds"))
     output = keyed_process(source, ["user"], CountingWithPause(base), OUTPUT, event_time_column="ts", num_key_groups=7,
                            **backend_arguments)
     query = (output.writeStream.format("json").option("path", f"{base}/out")
              .option("checkpointLocation", f"{base}/checkpoint").trigger(processingTime="100 milliseconds").start())
-    query.processAllAvailable()
-    query.stop()
-    spark.stop()
-    return 0
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
 
 
 if __name__ == "__main__":

@@ -13,14 +13,14 @@ import signal
 
 import pytest
 
+from tests.spark.exactly_once_job import run_job
 from tests.spark.file_stream import wait_until
-from tests.spark.test_exactly_once import results, start_job, uninterrupted, write_all_input  # noqa: F401
+from tests.spark.test_exactly_once import results, start_job, write_all_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.long]
 
 
-def test_sigkill_of_an_executor_mid_batch_restores_its_key_groups_elsewhere_from_s3(spark, tmp_path, s3, monkeypatch,
-                                                                                   uninterrupted):  # noqa: F811
+def test_sigkill_of_an_executor_mid_batch_restores_its_key_groups_elsewhere_from_s3(spark, tmp_path, s3, monkeypatch):
     from tests.spark.conftest import ROCKSDB_PROVIDER
 
     options = s3.storage_options()
@@ -33,6 +33,10 @@ def test_sigkill_of_an_executor_mid_batch_restores_its_key_groups_elsewhere_from
     job = start_job(tmp_path, ROCKSDB_PROVIDER, "rocksdb", SPARK_MASTER="local-cluster[2,1,1024]",
                     STATE_STORAGE=f"s3://{s3.bucket}/cluster-state", PAUSE_BATCH="3", PAUSE_AT="element")
     try:
+        # The uninterrupted run, in this process while the cluster's JVMs start (which is mostly waiting).
+        uninterrupted = tmp_path / "uninterrupted"
+        write_all_input(uninterrupted)
+        run_job(spark, str(uninterrupted), {"state_backend": "heap"})
         marker = tmp_path / "paused"
         wait_until(lambda: marker.exists() and len(marker.read_text().split()) == 2, 420,
                    "a task of batch 3 to pause inside process_element")
@@ -46,5 +50,5 @@ def test_sigkill_of_an_executor_mid_batch_restores_its_key_groups_elsewhere_from
     with pytest.raises(ProcessLookupError):
         os.kill(executor, 0)  # that JVM really died
     assert list((s3.data_dir / s3.bucket / "cluster-state").rglob("c*.log"))  # the state went to S3
-    assert results(spark, tmp_path) == uninterrupted
+    assert results(spark, tmp_path) == results(spark, uninterrupted)
     assert not (tmp_path / "local-rocksdb").exists()  # each executor used its own local directory

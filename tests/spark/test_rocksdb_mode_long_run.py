@@ -2,7 +2,8 @@
 durable storage and local disk bounded, garbage collection never deletes a file a version Spark still retains
 (``minBatchesToRetain``) names: the state of every retained batch restores from storage.
 
-About 7 minutes on an idle 2-core machine, 20 when it is busy: ``make test-long`` runs this."""
+About 5 minutes on a lightly loaded 2-core machine (a batch is ~1 s: mostly Spark's own job per batch and its two
+Python passes; RocksDB mode on S3 adds ~0.2-0.3 s): ``make test-long`` runs this."""
 
 from __future__ import annotations
 

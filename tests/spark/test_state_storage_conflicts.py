@@ -3,7 +3,9 @@ another: each case fails with StateStorageConflictError naming the directories a
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +17,7 @@ from pyspark.errors import StreamingQueryException
 from keyedstate.checkpoint import CheckpointStorage
 from keyedstate.errors import StateStorageConflictError
 from keyedstate.spark.storage_claims import WRITERS_DIR, check_single_writer
-from tests.spark.file_stream import start_query, write_input
+from tests.spark.file_stream import start_query, wait_until, write_input
 from tests.spark.rocksdb_runs import OUTPUT, SCHEMA, SMALL_POLICY, CountListAndQuiet, batch_rows, run_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -61,30 +63,48 @@ def test_a_run_that_another_run_of_the_same_query_overtook_fails(tmp_path):
     assert sorted(name for name, _, _ in storage.list_entries(WRITERS_DIR)) == ["run-copy.json", "run-original.json"]
 
 
-@pytest.mark.long
 def test_a_copied_checkpoint_started_next_to_its_running_original_stops_the_original(spark, tmp_path):
     """Two Spark applications: the original query keeps running in this one; a copy of its checkpoint, given the
     same state_storage, starts in another and runs a batch. The original's next batch fails instead of deleting the
     copy's files or reading them."""
     original, copy, storage = tmp_path / "original", tmp_path / "copy", tmp_path / "state-storage"
     backend = rocksdb(original, state_storage=str(storage))
-    run_batches(spark, original, range(2), **backend)
-    shutil.copytree(original / "checkpoint", copy / "checkpoint")
-    shutil.copytree(original / "in", copy / "in")
-    query = start_query(spark, original, CountListAndQuiet(), schema=SCHEMA, key_columns=["user"],
-                        output_schema=OUTPUT, sink_path=original / "out", **backend)
+    # The copy's application starts now and waits for the go file: its start-up overlaps the original's batches.
+    log = tmp_path / "copy-job.log"
+    with open(log, "wb") as output:
+        copy_job = subprocess.Popen([sys.executable, str(COPY_JOB), str(copy), str(storage), "2",
+                                     str(tmp_path / "go")], stdout=output, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
     try:
-        write_input(original / "in", 2, batch_rows(2))
-        query.processAllAvailable()  # the original's run is registered
-        time.sleep(1.1)  # registrations are ordered by modification time (seconds on object stores)
-        copy_job = subprocess.run([sys.executable, str(COPY_JOB), str(copy), str(storage), "2"], capture_output=True,
-                                  text=True, timeout=600)
-        assert copy_job.returncode == 0, copy_job.stderr[-3000:]
-        write_input(original / "in", 3, batch_rows(3))
-        with pytest.raises(StreamingQueryException) as failure:
-            query.processAllAvailable()
+        run_batches(spark, original, range(2), **backend)
+        shutil.copytree(original / "checkpoint", copy / "checkpoint")
+        shutil.copytree(original / "in", copy / "in")
+        query = start_query(spark, original, CountListAndQuiet(), schema=SCHEMA, key_columns=["user"],
+                            output_schema=OUTPUT, sink_path=original / "out", **backend)
+        try:
+            write_input(original / "in", 2, batch_rows(2))
+            query.processAllAvailable()  # the original's run is registered
+            time.sleep(1.1)  # registrations are ordered by modification time (seconds on object stores)
+            committed = len(list((copy / "checkpoint" / "commits").glob("[0-9]*")))
+            (tmp_path / "go").touch()
+            # the copy's batch committed (its application may still be shutting down meanwhile)
+            wait_until(lambda: copy_job.poll() is not None
+                       or len(list((copy / "checkpoint" / "commits").glob("[0-9]*"))) > committed, 600,
+                       "the copy's batch to commit")
+            assert copy_job.poll() in (None, 0), log.read_text()[-3000:]
+            write_input(original / "in", 3, batch_rows(3))
+            with pytest.raises(StreamingQueryException) as failure:
+                query.processAllAvailable()
+        finally:
+            query.stop()
     finally:
-        query.stop()
+        try:
+            if (tmp_path / "go").exists():
+                copy_job.wait(timeout=120)
+        finally:
+            if copy_job.poll() is None:
+                os.killpg(copy_job.pid, signal.SIGKILL)  # the job and its JVM
+                copy_job.wait()
     message = str(failure.value)
     assert "StateStorageConflictError" in message and "another run of this query" in message
     assert str(storage) in message and "a copied checkpoint needs its own state_storage" in message

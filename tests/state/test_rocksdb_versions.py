@@ -120,3 +120,58 @@ def test_the_policy_bounds_changelogs_by_count_and_by_size_relative_to_the_base(
     base = VersionRecord("t", object(), 1, 10_000)  # type: ignore[arg-type]
     assert not policy.wants_base(base, 4_000)
     assert policy.wants_base(base, 5_001)
+
+
+def test_a_line_continued_from_an_older_retained_version_keeps_what_it_names_and_collects_the_abandoned_one(tmp_path):
+    """A checkpoint rewound to an older batch: Spark restarts from the row of batch K while files of batches after K
+    exist. The new line never needs them (file names carry each call's tag), its own retained versions stay
+    restorable, and the abandoned line's files go once they fall out of the retained batches."""
+    retain, last, rewound = 3, 11, 9
+    storage = CheckpointStorage(tmp_path / "storage")
+    versions = KeyGroupVersions(storage, key_group=3, num_key_groups=8)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=8)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def write(record, local, batch, tag, step):
+        backend.open_key_group(str(local))
+        for key in range(batch * 3, batch * 3 + 40):
+            backend.set_current_key(f"k{key}")
+            count.update((count.value() or 0) + step)
+        changes = backend.take_changes()
+        if batch % 3 == 0:
+            backend.checkpoint(str(tmp_path / "ckpt"))
+            record, _ = versions.write_base(record, str(tmp_path / "ckpt"), batch, tag, backend.state_metadata(),
+                                            backend.raw_column_names(), retain_batches=retain)
+            shutil.rmtree(tmp_path / "ckpt")
+        else:
+            record = versions.write_changelog(record, changes.encode(), batch, tag)
+        expected = sorted(backend.iter_stored_records("count"))
+        backend.close_key_group()
+        return record, expected
+
+    first: dict[int, tuple] = {}
+    record = None
+    for batch in range(last + 1):
+        record, expected = write(record, tmp_path / "first", batch, f"a{batch:03x}", 1)
+        first[batch] = (record, expected)
+    assert restored(versions, first[rewound][0], str(tmp_path / "check")) == first[rewound][1]
+
+    # The restart: the row of batch K, restored like any rebuild, then batches K + 1, ... again with other input.
+    record = first[rewound][0]
+    changelogs = versions.restore(record, str(tmp_path / "second"))
+    backend.open_key_group(str(tmp_path / "second"))
+    for changelog in changelogs:
+        backend.replay(changelog)
+    backend.close_key_group()
+    second: dict[int, tuple] = {}
+    for batch in range(rewound + 1, last + 2 * retain + 4):
+        record, expected = write(record, tmp_path / "second", batch, f"b{batch:03x}", 2)
+        second[batch] = (record, expected)
+        for older in range(max(rewound + 1, batch - retain), batch + 1):  # what Spark retains, and the retry's
+            assert restored(versions, second[older][0], str(tmp_path / "check")) == second[older][1], (batch, older)
+    backend.close()
+    names = [p.rsplit("/", 1)[-1] for p in storage.list_files("kg-00003") if p.count("/") == 1]
+    assert names and not [name for name in names if name[1:].startswith(tuple(f"{b:012d}-a" for b in range(last + 1)))]
+    manifests = [p for p in storage.list_files("kg-00003") if p.count("/") == 1 and p.endswith(".json")]
+    named = set().union(*(versions._manifest_paths(p.split("/", 1)[1]) for p in manifests))
+    assert set(storage.list_files("kg-00003/sst")) <= named  # no SST only the abandoned line named

@@ -166,6 +166,12 @@ class KeyGroupVersions:
         """The changelogs of ``record`` in order, each verified."""
         return [self._read_changelog(entry) for entry in record.changelogs]
 
+    def newest_batch(self) -> Optional[int]:
+        """The newest batch that stored a file of this key group (None when it has none)."""
+        batches = [int(match.group(2)) for name, _, _ in self.storage.list_entries(self.directory)
+                   if (match := _FILE_NAME.match(name)) is not None]
+        return max(batches, default=None)
+
     def read_manifest(self, entry: FileEntry, batch: Optional[int]) -> SnapshotManifest:
         where = Where(f"key group {self.key_group} base snapshot of batch {batch}")
         data = self.storage.read_verified(entry, where)
