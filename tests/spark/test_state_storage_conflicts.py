@@ -63,6 +63,7 @@ def test_a_run_that_another_run_of_the_same_query_overtook_fails(tmp_path):
     assert sorted(name for name, _, _ in storage.list_entries(WRITERS_DIR)) == ["run-copy.json", "run-original.json"]
 
 
+@pytest.mark.driver_process
 def test_a_copied_checkpoint_started_next_to_its_running_original_stops_the_original(spark, tmp_path):
     """Two Spark applications: the original query keeps running in this one; a copy of its checkpoint, given the
     same state_storage, starts in another and runs a batch. The original's next batch fails instead of deleting the
