@@ -13,6 +13,7 @@ differences documented in docs/concepts.md).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import shutil
 import tempfile
@@ -35,6 +36,16 @@ __all__ = ["KeyedProcessHarness", "HarnessSnapshot", "KeyedHarnessBase", "key_se
 logger = logging.getLogger("keyedstate.testing.harness")
 
 BackendChoice = Union[str, KeyedStateBackend]
+
+# Temporary checkpoint directories of closed harnesses whose snapshots another harness may still restore: a snapshot
+# lives only in this process, so its files go when the process ends (not with the harness).
+_KEPT_TEMPORARY_CHECKPOINTS: list[str] = []
+
+
+@atexit.register
+def _remove_kept_temporary_checkpoints() -> None:
+    for path in _KEPT_TEMPORARY_CHECKPOINTS:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def key_selector_function(selector: Any, what: str = "key_selector") -> Callable[[Any], Any]:
@@ -253,7 +264,9 @@ class KeyedHarnessBase:
             if self._store is not None:
                 self._store.close()
             for path in self._temp_dirs:
-                if path != self._checkpoint_dir or not self._keeps_checkpoints():
+                if path == self._checkpoint_dir and self._keeps_checkpoints():
+                    _KEPT_TEMPORARY_CHECKPOINTS.append(path)
+                else:
                     shutil.rmtree(path, ignore_errors=True)
             self._temp_dirs.clear()
 

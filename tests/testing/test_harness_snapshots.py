@@ -75,3 +75,44 @@ def test_rescaled_partitions_hold_disjoint_timers_that_add_up(backend_kind):
     assert sum(counts) == total and all(counts)
     for part in parts:
         part.close()
+
+
+def test_a_temporary_checkpoint_dir_outlives_its_harness_only_until_the_process_exits(tmp_path):
+    """A closed harness's snapshots stay restorable in the same process; the temporary directory holding their files
+    is gone once the process exits (a harness without snapshots removes it at close)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = """
+import os
+from examples.session_gap import SessionGapFunction
+from keyedstate.testing import KeyedProcessHarness
+
+def harness():
+    return KeyedProcessHarness(SessionGapFunction(gap_ms=1_000), lambda e: e["user"], backend="rocksdb")
+
+unused = harness()
+unused.open()
+unused.close()
+print(unused._checkpoint_dir, os.path.exists(unused._checkpoint_dir))
+
+first = harness()
+first.open()
+first.process_element({"user": "a", "action": "a"}, 10)
+snapshot = first.snapshot()
+first.close()
+print(first._checkpoint_dir, os.path.exists(first._checkpoint_dir))
+restored = KeyedProcessHarness.restore(SessionGapFunction(gap_ms=1_000), lambda e: e["user"], snapshot,
+                                       backend="rocksdb")
+print(restored.num_event_time_timers())
+restored.close()
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr[-2000:]
+    unused_line, kept_line, timers = result.stdout.split("\n")[:3]
+    assert unused_line.endswith(" False")  # no snapshot: removed at close
+    assert kept_line.endswith(" True")  # snapshots taken: kept while the process runs
+    assert int(timers) == 1  # and restorable after the harness that took them closed
+    assert not Path(kept_line.rsplit(" ", 1)[0]).exists()  # removed when the process exited
