@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import pickle
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -23,26 +23,12 @@ from keyedstate.spark.group_function import (
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, row_factory
+from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 
-class FakeGroupState:
-    def __init__(self) -> None:
-        self.row: Optional[tuple] = None
-
-    @property
-    def exists(self) -> bool:
-        return self.row is not None
-
-    @property
-    def get(self) -> Any:
-        return self.row
-
-    def update(self, row: tuple) -> None:
-        self.row = row
-
-    def remove(self) -> None:
-        self.row = None
+class FakeGroupState(MemoryGroupState):
+    """The committed row of MemoryGroupState plus the rest of Spark's GroupState the group function calls."""
 
     def setTimeoutTimestamp(self, timestamp: int) -> None:
         pass
