@@ -34,19 +34,19 @@ import tempfile
 from dataclasses import replace
 from typing import Any, Optional
 
-from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
-from keyedstate.state.key_groups.initial_state import InitialState, check_origin
-from keyedstate.state.key_groups.store import KeyGroupStore
-from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
 from keyedstate.spark.local_databases import LocalDatabases
 from keyedstate.spark.open_databases import OpenDatabases, open_databases_of, worker_reuse_enabled
 from keyedstate.spark.storage_claims import check_single_writer
+from keyedstate.state.key_groups.initial_state import InitialState, check_origin
+from keyedstate.state.key_groups.store import KeyGroupStore
+from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
 __all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage"]
 
