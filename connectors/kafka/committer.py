@@ -1,4 +1,5 @@
-"""Checkpoint-driven Kafka offset commits (semantics.md items 13-16), independent of Spark and of librdkafka.
+"""Checkpoint-driven Kafka offset commits (docs/kafka.md, "When offsets are committed, and why"), independent of
+Spark and of librdkafka.
 
 :class:`CheckpointOffsetCommitter` implements :class:`keyedstate.checkpoint.listener.CheckpointListener`:
 

@@ -1,4 +1,4 @@
-"""Retrying Kafka requests through a broker outage within a time budget (semantics.md item 19).
+"""Retrying Kafka requests through a broker outage within a time budget (docs/kafka.md, "Failure behaviour").
 
 A request that fails with a transient error (brokers down, leader moving, timeout) is retried with a fixed backoff
 until it succeeds or ``brokerRetryTimeoutMs`` has passed since the first failure; then the last error is raised as

@@ -1,5 +1,5 @@
-"""Startup modes (semantics.md item 17): where a NEW query starts reading. A restarted query always resumes from its
-checkpoint instead; Spark never calls ``initialOffset`` then.
+"""Startup modes (docs/kafka.md, "Startup modes"): where a NEW query starts reading. A restarted query always
+resumes from its checkpoint instead; Spark never calls ``initialOffset`` then.
 
 Runs in the driver's data-source process from ``KafkaStreamReader.initialOffset``. Precedence, as in Spark:
 ``startingOffsetsByTimestamp`` > ``startingTimestamp`` > ``startingOffsets``.

@@ -1,7 +1,11 @@
 """The checkpoint listener protocol of the Kafka offset committer (Flink's ``CheckpointListener``).
 
-A checkpoint is identified by a monotonically increasing integer. On Spark one checkpoint is one micro-batch and its
-id is the batch id.
+A checkpoint is identified by an integer that increases with every checkpoint a participant takes part in: the
+protocol relies on its order only (a completion subsumes older ids). On Spark one checkpoint is one micro-batch.
+Where Spark names the batch (the query-progress listener of :mod:`connectors.kafka.listener`) the id is the batch id;
+a Python streaming source is never told the batch id (``partitions(start, end)`` and ``commit(end)`` carry offsets
+only), so the Kafka source numbers the batches it plans from 1 in each driver process and matches a commit to its
+batch by the end offsets.
 """
 
 from __future__ import annotations

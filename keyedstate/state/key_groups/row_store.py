@@ -70,7 +70,8 @@ class RowKeyGroupStore(KeyGroupStore):
                 group_state.update(StateRow(STATE_ROW_FORMAT_FULL, self.num_key_groups, b"", b"", None,
                                             self.origin).to_tuple())
                 return True, 0
-            # No timeout is set in this call, so Spark deletes the row (see spark-platform.md).
+            # No timeout is set in this call, so Spark deletes the row (docs/spark.md, "One call per key group
+            # and micro-batch").
             group_state.remove()
             return False, 0
         payload = encode_state_payload([(metadata.to_json(), recs) for metadata, recs in records])
