@@ -10,7 +10,7 @@ import pytest
 
 from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, Types, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError, UserFunctionError
-from keyedstate.keygroups import key_group_for_key
+from keyedstate.keygroups import key_group_of_key
 from keyedstate.operator import KeyedProcessOperator
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import key_group_prefix
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("implementation")
 
 
 def _backend() -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(max_parallelism=MAX_PARALLELISM, validate_writes=False)
+    return HeapKeyedStateBackend(num_key_groups=MAX_PARALLELISM, validate_writes=False)
 
 
 class TimerHeavy(KeyedProcessFunction):
@@ -67,7 +67,7 @@ def _runs(elements: list[tuple[str, Any]]) -> tuple[list, list, list]:
     for key in keys:
         start = len(values)
         values += [value for k, value in elements if k == key]
-        prefix = key_group_prefix(key_group_for_key(key, MAX_PARALLELISM)) + encode_key(key)
+        prefix = key_group_prefix(key_group_of_key(key, MAX_PARALLELISM)) + encode_key(key)
         runs.append((key, prefix, start, len(values)))
     return runs, values, [None] * len(values)
 
