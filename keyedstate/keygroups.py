@@ -28,6 +28,7 @@ import datetime as _dt
 import struct
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import xxhash
@@ -275,11 +276,15 @@ def key_group_of_key(key: Any, num_key_groups: int, *, types: Optional[Sequence[
     for ``None``. For many keys with declared types, build a :func:`key_group_assigner` once."""
     if types is not None:
         return key_group_assigner(num_key_groups, types)(key)
-    validate_num_key_groups(num_key_groups)
+    return _inferred_key_group(key, validate_num_key_groups(num_key_groups))
+
+
+def _inferred_key_group(key: Any, num_key_groups: int) -> int:
     kind = type(key)
     try:  # the common key types hash straight from their Python type; the rest take the general path below
         if kind is str:
-            return _signed(_xxh64(key.encode("utf-8"), SPARK_HASH_SEED)) % num_key_groups
+            hashed = _xxh64(key.encode("utf-8"), SPARK_HASH_SEED)
+            return (hashed - _TWO_64 if hashed > _LONG_MAX else hashed) % num_key_groups
         if kind is int and _LONG_MIN <= key <= _LONG_MAX:
             return _signed(_xxh64(_pack_long(key), SPARK_HASH_SEED)) % num_key_groups
         if kind is tuple and key:
@@ -302,7 +307,7 @@ def key_group_assigner(num_key_groups: int, types: Optional[Sequence[KeyTypeSpec
     columns the tuple of their values."""
     validate_num_key_groups(num_key_groups)
     if types is None:
-        return lambda key: key_group_of_key(key, num_key_groups)
+        return partial(_inferred_key_group, num_key_groups=num_key_groups)
     column_types = key_column_types(types)
     hashers = [_hasher(column_type) for column_type in column_types]
     if len(hashers) == 1:
