@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from keyedstate.errors import ConfigurationError, NullKeyError, UnsupportedKeyTypeError
-from keyedstate.key_hashing import key_group_of_columns, key_group_of_key, spark_xxhash64
+from keyedstate.keygroups import key_group_of_columns, key_group_of_key, spark_xxhash64
 from keyedstate.key_types import KeyColumnType, infer_key_types, key_column_type, key_column_types
 
 UTC = dt.timezone.utc

@@ -20,7 +20,7 @@ import enum
 from typing import Any, Callable, Optional, Union
 
 from keyedstate.errors import ConfigurationError
-from keyedstate.state.base.layout import key_group_of
+from keyedstate.keygroups import key_group_of_stored_key as key_group_of
 from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_record, encode_record, key_group_end, key_group_start
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue

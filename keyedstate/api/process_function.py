@@ -44,7 +44,10 @@ class KeyedProcessFunction(Function):
     """
 
     class Context(ABC):
-        """What ``process_element`` can see: the key, the element's timestamp, timers and side outputs."""
+        """What ``process_element`` can see: the key, the element's timestamp, timers and side outputs.
+
+        Valid only during the call it is passed to, as in PyFlink: keep neither it nor its timer service. (Kept and
+        used later, they act on whatever key and time are current then.)"""
 
         @abstractmethod
         def get_current_key(self) -> Any:

@@ -61,7 +61,7 @@ class RuntimeContext:
 
     def get_max_number_of_parallel_subtasks(self) -> int:
         """The number of key groups (max parallelism); fixed for the lifetime of the state."""
-        return self._backend.max_parallelism
+        return self._backend.num_key_groups
 
     def get_attempt_number(self) -> int:
         return self._attempt

@@ -98,6 +98,9 @@ class KeyedProcessOperator:
         self.element_methods = element_methods(function)
         self.function = function
         self.function_name = type(function).__qualname__
+        # per input: the bound element method and what names it in output errors (built once, not per run)
+        self._methods = tuple(getattr(function, name) for name in self.element_methods)
+        self._describes = tuple(self._describer(name) for name in self.element_methods)
         self.backend = backend
         self.outputs = OutputBuffer()
         self.timer_service = InternalTimerService(backend, self)
@@ -132,17 +135,18 @@ class KeyedProcessOperator:
     # ---- elements ------------------------------------------------------------------------------------------------
 
     def process_element(self, key: Any, value: Any, timestamp: Optional[int] = None, input_index: int = 0) -> None:
-        """Process one element of ``key`` (sets the current key) from input ``input_index`` (0 or 1)."""
-        self.backend.set_current_key(key)
+        """Process one element of ``key`` from input ``input_index`` (0 or 1), as a run of one element through
+        :meth:`process_key_runs`, the path of the Spark group function (the harness feeds elements this way). The
+        backend assigns the key's key group (:mod:`keyedstate.keygroups`) and refuses one it does not own."""
+        if input_index:
+            self._element_method(input_index)  # an input the function does not have fails here, naming it
+        backend = self.backend
+        backend.set_current_key(key)
         try:
-            self._process_current(value, timestamp, input_index)
+            self.process_key_runs(((key, backend.current_key_prefix, 0, 1),), (value,), (timestamp,),
+                                  None if input_index == 0 else (input_index,))
         finally:
-            self.backend.clear_current_key()
-
-    def process_elements_of_current_key(self, values: Iterable[Any], timestamps: Iterable[Optional[int]]) -> None:
-        """Process several elements of the key already set as current (of a one-input function)."""
-        for value, timestamp in zip(values, timestamps):
-            self._process_current(value, timestamp, 0)
+            backend.clear_current_key()
 
     def process_key_runs(
         self, runs: Iterable[tuple[Any, bytes, int, int]], values: Sequence[Any], timestamps: Sequence[Optional[int]],
@@ -155,10 +159,10 @@ class KeyedProcessOperator:
         ``process_element`` per element, in one loop: this is the Spark group function's per-element hot path.
         """
         set_key = self.backend.set_current_key_with_prefix
-        methods = tuple(getattr(self.function, name) for name in self.element_methods)
+        methods = self._methods
         process = methods[0]
         collect = self.outputs.collect
-        describes = tuple(self._describer(name) for name in self.element_methods)
+        describes = self._describes
         describe = describes[0]
         context = self._context
         context._domain = None
@@ -193,18 +197,6 @@ class KeyedProcessOperator:
             context._timer_service = self.user_timer_service
             flush_timer_calls()
             timer_calls.collecting = False
-
-    def _process_current(self, value: Any, timestamp: Optional[int], input_index: int) -> None:
-        context = self._context
-        context._timestamp = timestamp
-        context._domain = None
-        method = self._element_method(input_index)
-        try:
-            result = getattr(self.function, method)(value, context)
-            self.outputs.collect(result, timestamp, self._describer(method))
-        except Exception as error:
-            raise self._user_error(method, f"element {short_repr(value)}", error) from error
-        self.elements_processed += 1
 
     # ---- time ----------------------------------------------------------------------------------------------------
 

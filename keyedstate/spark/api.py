@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
-from keyedstate.keygroups import MAX_MAX_PARALLELISM
+from keyedstate.keygroups import MAX_NUM_KEY_GROUPS
 from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_function import (
@@ -114,10 +114,10 @@ def _check_key_columns(df: DataFrame, key_columns: Sequence[str]) -> None:
 
 def _check_num_key_groups(num_key_groups: int) -> None:
     if not isinstance(num_key_groups, int) or isinstance(num_key_groups, bool) or not (
-        1 <= num_key_groups <= MAX_MAX_PARALLELISM
+        1 <= num_key_groups <= MAX_NUM_KEY_GROUPS
     ):
         raise ConfigurationError(
-            f"num_key_groups must be an int between 1 and {MAX_MAX_PARALLELISM} (or None), got {num_key_groups!r}"
+            f"num_key_groups must be an int between 1 and {MAX_NUM_KEY_GROUPS} (or None), got {num_key_groups!r}"
         )
 
 

@@ -25,7 +25,7 @@ from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.operator.outputs import OutputBuffer
 from keyedstate.serialization import encode_key, encode_keys_with_prefix
 from keyedstate.spark.compat import current_batch_id, task_attempt_number, task_partition_id, watermark_or_none
-from keyedstate.spark.key_group_layout import BALANCED, key_group_of
+from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, rows_builder
@@ -149,7 +149,7 @@ class _GroupRuntime:
         # Grouped by the user key itself, every Spark group is a single key and the backend has one key group.
         if spec.group_by_user_key:
             return 0
-        key_group = key_group_of(int(grouping_key[0]), spec.num_key_groups, spec.key_group_layout)
+        key_group = key_group_of_grouping_value(int(grouping_key[0]), spec.num_key_groups, spec.key_group_layout)
         if key_group is None:
             # After a restart with fewer key groups, Spark still wakes the rows of the key groups that are gone: the
             # row's recorded number says what really happened.

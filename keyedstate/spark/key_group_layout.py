@@ -32,7 +32,7 @@ __all__ = [
     "balanced_grouping_value",
     "check_key_group_layout",
     "grouping_value_column",
-    "key_group_of",
+    "key_group_of_grouping_value",
 ]
 
 BALANCED = "balanced"
@@ -141,7 +141,7 @@ def grouping_value_column(key_group: Column, num_key_groups: int, layout: str) -
     return F.element_at(F.expr(f"array({values})"), key_group.cast(IntegerType()) + F.lit(1))
 
 
-def key_group_of(grouping_value: int, num_key_groups: int, layout: str) -> Optional[int]:
+def key_group_of_grouping_value(grouping_value: int, num_key_groups: int, layout: str) -> Optional[int]:
     """The key group a grouping value stands for, or None when the layout never produces that value."""
     key_group = spark_hash_long(grouping_value) if layout == BALANCED else grouping_value
     if not 0 <= key_group < num_key_groups:

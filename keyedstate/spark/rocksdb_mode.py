@@ -103,7 +103,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         # The backend needs an open database before any key group is opened (the function's open() registers its
         # states): an empty one of this worker process, never written to afterwards.
         self.backend: KeyGroupRocksDBBackend = KeyGroupRocksDBBackend(
-            self.local.idle_path(), max_parallelism=num_key_groups, ttl_clock=ttl_clock, options=options)
+            self.local.idle_path(), num_key_groups=num_key_groups, ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
         self._saved_tag: Optional[str] = None
         self._bootstrapped = False  # this call restored the bootstrap's version, not a committed one

@@ -95,7 +95,7 @@ def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descript
     with tempfile.TemporaryDirectory(prefix="keyedstate-read-") as directory:
         path = os.path.join(directory, "db")
         changelogs = versions.restore(record, path)
-        backend = RocksDBKeyedStateBackend(path, max_parallelism=num_key_groups,
+        backend = RocksDBKeyedStateBackend(path, num_key_groups=num_key_groups,
                                            options=RocksDBOptions(reuse_existing=True))
         try:
             for changelog in changelogs:

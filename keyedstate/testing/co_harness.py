@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence, Union
 
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK
-from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM
+from keyedstate.key_types import KeyTypeSpec
 from keyedstate.testing.harness import (
     BackendChoice,
     HarnessSnapshot,
@@ -46,19 +46,22 @@ class KeyedCoProcessHarness(KeyedHarnessBase):
         key_selector2: Any,
         *,
         backend: BackendChoice = "heap",
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        num_key_groups: Optional[int] = None,
+        key_types: Optional[Sequence[KeyTypeSpec]] = None,
         partition: int = 0,
         partitions: int = 1,
         checkpoint_dir: Optional[str] = None,
         initial_processing_time: int = 0,
+        max_parallelism: Optional[int] = None,
     ) -> None:
         require_function(function, KeyedCoProcessFunction, "KeyedCoProcessHarness", "KeyedProcessHarness")
         self._select_keys = (key_selector_function(key_selector1, "key_selector1"),
                              key_selector_function(key_selector2, "key_selector2"))
         self._input_watermarks = [MIN_WATERMARK, MIN_WATERMARK]
         super().__init__(
-            function, backend=backend, max_parallelism=max_parallelism, partition=partition, partitions=partitions,
-            checkpoint_dir=checkpoint_dir, initial_processing_time=initial_processing_time,
+            function, backend=backend, num_key_groups=num_key_groups, key_types=key_types, partition=partition,
+            partitions=partitions, checkpoint_dir=checkpoint_dir, initial_processing_time=initial_processing_time,
+            max_parallelism=max_parallelism,
         )
 
     # ---- input -----------------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.api.time_domain import MAX_WATERMARK, OutputTag
 from keyedstate.errors import ConfigurationError, KeyedStateError
-from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM, key_group_range_for_partition
+from keyedstate.key_types import KeyTypeSpec, key_column_types
+from keyedstate.keygroups import key_group_assigner, key_group_range_for_partition, num_key_groups_or_alias
 from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.state.base.backend import KeyedStateBackend
 from keyedstate.state.descriptors import StateDescriptor
@@ -79,19 +80,27 @@ class KeyedHarnessBase:
         function: Any,
         *,
         backend: BackendChoice = "heap",
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        num_key_groups: Optional[int] = None,
+        key_types: Optional[Sequence[KeyTypeSpec]] = None,
         partition: int = 0,
         partitions: int = 1,
         checkpoint_dir: Optional[str] = None,
         initial_processing_time: int = 0,
+        max_parallelism: Optional[int] = None,
     ) -> None:
+        # the user's call is three frames up: the subclass's __init__, then this one
+        num_key_groups = num_key_groups_or_alias(num_key_groups, max_parallelism, type(self).__name__, stacklevel=3)
+        # Declared types are checked now (a typo fails here, not at the first element); kept as DDL names.
+        self.key_types = None if key_types is None else tuple(str(t) for t in key_column_types(key_types))
         self._clock = ManualClock(initial_processing_time)
         self._temp_dirs: list[str] = []
         self._checkpoint_dir = checkpoint_dir or self._temp_dir("keyedstate-harness-checkpoints-")
         self.partition = partition
         self.partitions = partitions
-        key_group_range = key_group_range_for_partition(partition, partitions, max_parallelism)
-        self.backend = self._make_backend(backend, max_parallelism, key_group_range)
+        key_group_range = key_group_range_for_partition(partition, partitions, num_key_groups)
+        self.backend = self._make_backend(backend, num_key_groups, key_group_range)
+        if self.key_types is not None:
+            self.backend.key_group_of_key = key_group_assigner(self.backend.num_key_groups, self.key_types)
         self._store: Any = None  # the save/restore step of the backend (created at the first snapshot or restore)
         self._checkpoint_id = 0
         self._function = function
@@ -105,19 +114,19 @@ class KeyedHarnessBase:
         self._temp_dirs.append(path)
         return path
 
-    def _make_backend(self, choice: BackendChoice, max_parallelism: int, key_group_range: Any) -> KeyedStateBackend:
+    def _make_backend(self, choice: BackendChoice, num_key_groups: int, key_group_range: Any) -> KeyedStateBackend:
         if isinstance(choice, KeyedStateBackend):
             return choice
         if choice == "heap":
             return HeapKeyedStateBackend(
-                max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=self._clock,
+                num_key_groups=num_key_groups, key_group_range=key_group_range, ttl_clock=self._clock,
             )
         if choice == "rocksdb":
             from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
 
             # Its writes are recorded, so a snapshot stores per key group only what changed (see snapshots.py).
             return RocksDBKeyedStateBackend(
-                self._temp_dir("keyedstate-harness-rocksdb-"), max_parallelism=max_parallelism,
+                self._temp_dir("keyedstate-harness-rocksdb-"), num_key_groups=num_key_groups,
                 key_group_range=key_group_range, ttl_clock=self._clock, record_changes=True,
             )
         raise ConfigurationError(f"backend must be 'heap', 'rocksdb' or a KeyedStateBackend, got {choice!r}")
@@ -190,6 +199,10 @@ class KeyedHarnessBase:
     def current_processing_time(self) -> int:
         return self._clock()
 
+    def key_group_of_key(self, key: Any) -> int:
+        """The key group ``key`` is in: the one keyed_process gives it on Spark (see docs/key-groups.md)."""
+        return self.backend.key_group_of_key(key)
+
     def state(self, key: Any, descriptor: StateDescriptor) -> Any:
         """The state primitive of ``descriptor`` scoped to ``key``, for assertions: ``harness.state("a", d).value()``.
 
@@ -214,8 +227,9 @@ class KeyedHarnessBase:
             storage_uri=self._checkpoint_dir,
             rows=rows,
             processing_time=self._clock(),
-            max_parallelism=self.backend.max_parallelism,
+            num_key_groups=self.backend.num_key_groups,
             backend_kind=self.backend.backend_kind,
+            key_types=self.key_types,
         )
 
     @staticmethod
@@ -228,13 +242,15 @@ class KeyedHarnessBase:
         snapshots = [snapshot] if isinstance(snapshot, HarnessSnapshot) else list(snapshot)
         if not snapshots:
             raise ConfigurationError("restore needs at least one snapshot")
-        if len({s.max_parallelism for s in snapshots}) > 1:
-            raise ConfigurationError(
-                f"the snapshots were taken with different max_parallelism "
-                f"({sorted({s.max_parallelism for s in snapshots})}); restore snapshots of one job only"
-            )
+        for setting in ("num_key_groups", "key_types"):
+            if len({getattr(s, setting) for s in snapshots}) > 1:
+                raise ConfigurationError(
+                    f"the snapshots were taken with different {setting} "
+                    f"({sorted({getattr(s, setting) for s in snapshots}, key=repr)}); restore snapshots of one job only"
+                )
         harness = make(
-            **options, max_parallelism=snapshots[0].max_parallelism, checkpoint_dir=snapshots[0].storage_uri,
+            **options, num_key_groups=snapshots[0].num_key_groups, key_types=snapshots[0].key_types,
+            checkpoint_dir=snapshots[0].storage_uri,
             initial_processing_time=max(s.processing_time for s in snapshots),
         )
         harness._checkpoint_id = max(s.checkpoint_id for s in snapshots)
@@ -284,7 +300,12 @@ class KeyedHarnessBase:
 class KeyedProcessHarness(KeyedHarnessBase):
     """Feeds elements, watermarks and processing time to one ``KeyedProcessFunction`` and records its output.
 
-    ``backend`` is ``"heap"``, ``"rocksdb"`` (a temporary RocksDB directory) or a backend instance. Processing time
+    ``backend`` is ``"heap"``, ``"rocksdb"`` (a temporary RocksDB directory) or a backend instance. A key is in the
+    key group keyed_process gives it on Spark, ``pmod(xxhash64(key columns), num_key_groups)``: ``key_types`` are
+    the Spark types of the key's columns (``["string", "int"]``, a pyspark schema), or None to infer them from each
+    key (a Python ``int`` is a bigint; see docs/key-groups.md). ``max_parallelism`` is a deprecated alias of
+    ``num_key_groups`` (PyFlink's name). Partition ``partition`` of ``partitions`` owns a contiguous range of key
+    groups (Flink's formula), which is what restoring snapshots into other partitionings rescales. Processing time
     starts at ``initial_processing_time`` and only moves when :meth:`set_processing_time` is called; it is also the
     clock of state TTL (as a Spark micro-batch's timestamp is). The watermark starts at ``MIN_WATERMARK``.
     """
@@ -295,17 +316,20 @@ class KeyedProcessHarness(KeyedHarnessBase):
         key_selector: Any,
         *,
         backend: BackendChoice = "heap",
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        num_key_groups: Optional[int] = None,
+        key_types: Optional[Sequence[KeyTypeSpec]] = None,
         partition: int = 0,
         partitions: int = 1,
         checkpoint_dir: Optional[str] = None,
         initial_processing_time: int = 0,
+        max_parallelism: Optional[int] = None,
     ) -> None:
         require_function(function, KeyedProcessFunction, "KeyedProcessHarness", "KeyedCoProcessHarness")
         self._select_key = key_selector_function(key_selector)
         super().__init__(
-            function, backend=backend, max_parallelism=max_parallelism, partition=partition, partitions=partitions,
-            checkpoint_dir=checkpoint_dir, initial_processing_time=initial_processing_time,
+            function, backend=backend, num_key_groups=num_key_groups, key_types=key_types, partition=partition,
+            partitions=partitions, checkpoint_dir=checkpoint_dir, initial_processing_time=initial_processing_time,
+            max_parallelism=max_parallelism,
         )
 
     def process_element(self, value: Any, timestamp: Optional[int] = None) -> None:

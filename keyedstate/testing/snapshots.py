@@ -13,13 +13,14 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
-from keyedstate.state.base.layout import key_group_of
+from keyedstate.keygroups import key_group_of_stored_key
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_store import Records, RowKeyGroupStore
 from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
@@ -43,15 +44,25 @@ class HarnessSnapshot:
     :meth:`KeyedProcessHarness.restore` (and ``KeyedCoProcessHarness.restore``) takes.
 
     ``rows`` maps each key group holding state or timers to its committed row (the tuple Spark's state store would
-    hold for it; :class:`~keyedstate.state.key_groups.row_format.StateRow`). ``storage_uri`` is the harness's
-    ``checkpoint_dir``, where RocksDB snapshots keep their files."""
+    hold for it; :class:`~keyedstate.state.key_groups.row_format.StateRow`): a key is in the key group keyed_process
+    gives it (:func:`keyedstate.keygroups.key_group_of_key`). ``storage_uri`` is the harness's ``checkpoint_dir``,
+    where RocksDB snapshots keep their files. ``key_types`` are the key column types the harness was given (None:
+    inferred from each key); a restore assigns key groups with them."""
 
     checkpoint_id: int
     storage_uri: str
     rows: Mapping[int, tuple[Any, ...]]
     processing_time: int
-    max_parallelism: int
+    num_key_groups: int
     backend_kind: str = field(default="heap")
+    key_types: Optional[tuple[str, ...]] = None
+
+    @property
+    def max_parallelism(self) -> int:
+        """Deprecated alias of :attr:`num_key_groups` (PyFlink's name)."""
+        warnings.warn("HarnessSnapshot.max_parallelism is a deprecated alias of num_key_groups", DeprecationWarning,
+                      stacklevel=2)
+        return self.num_key_groups
 
 
 class HarnessRowStore(RowKeyGroupStore):
@@ -59,7 +70,7 @@ class HarnessRowStore(RowKeyGroupStore):
     saves each key group's row from the records exported once and split by key group."""
 
     def __init__(self, backend: KeyedStateBackend) -> None:
-        super().__init__(backend.max_parallelism, backend=backend)
+        super().__init__(backend.num_key_groups, backend=backend)
         self._exported: dict[int, Records] = {}
 
     def _export(self, key_group: int) -> Records:
@@ -96,9 +107,10 @@ def _split_records(exported: Records) -> dict[int, Records]:
     for metadata, records in exported:
         split: dict[int, list[tuple[bytes, bytes]]] = {}
         for record in records:
-            group = split.get(key_group_of(record[0]))
+            key_group = key_group_of_stored_key(record[0])
+            group = split.get(key_group)
             if group is None:
-                group = split[key_group_of(record[0])] = []
+                group = split[key_group] = []
             group.append(record)
         for key_group, group in split.items():
             by_group.setdefault(key_group, []).append((metadata, group))
@@ -139,7 +151,7 @@ class HarnessVersionStore:
     def __init__(self, backend: Any, storage: CheckpointStorage, policy: Optional[SnapshotPolicy] = None) -> None:
         self.backend = backend
         self.storage = storage
-        self.num_key_groups = backend.max_parallelism
+        self.num_key_groups = backend.num_key_groups
         self.policy = policy or SnapshotPolicy()
         self._records: dict[int, VersionRecord] = {}
         """The newest version of each key group, as far as it continues in ``storage``."""

@@ -72,7 +72,7 @@ def test_unknown_or_malformed_options_are_refused():
 
 def test_a_harness_rocksdb_snapshot_goes_to_s3_and_restores_from_it(s3, tmp_path):
     location = f"s3://{s3.bucket}/harness"
-    backend = RocksDBKeyedStateBackend(str(tmp_path / "db1"), max_parallelism=8, record_changes=True)
+    backend = RocksDBKeyedStateBackend(str(tmp_path / "db1"), num_key_groups=8, record_changes=True)
     store = HarnessVersionStore(backend, CheckpointStorage(location, options=s3.storage_options()))
     count = backend.get_or_create_state(ValueStateDescriptor("count", int))
     for key in range(200):
@@ -82,7 +82,7 @@ def test_a_harness_rocksdb_snapshot_goes_to_s3_and_restores_from_it(s3, tmp_path
     store.close()
     backend.close()
     assert rows and all(VersionRecord.from_bytes(row[2]).location == location for row in rows.values())
-    restored = RocksDBKeyedStateBackend(str(tmp_path / "db2"), max_parallelism=8, record_changes=True)
+    restored = RocksDBKeyedStateBackend(str(tmp_path / "db2"), num_key_groups=8, record_changes=True)
     loader = HarnessVersionStore(restored, CheckpointStorage(location, options=s3.storage_options()))
     loader.restore(rows, InternalTimerService(restored))
     loader.close()
@@ -143,7 +143,7 @@ def test_the_options_never_show_their_secrets():
 def test_key_group_versions_on_s3_delete_replaced_bases_and_leave_no_objects_behind(s3, tmp_path):
     storage = CheckpointStorage(f"s3://{s3.bucket}/retained", options=s3.storage_options())
     versions = KeyGroupVersions(storage, key_group=0, num_key_groups=8)
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=8)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=8)
     count = backend.get_or_create_state(ValueStateDescriptor("count", int))
     record = None
     for batch in range(5):

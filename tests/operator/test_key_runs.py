@@ -1,5 +1,6 @@
-"""KeyedProcessOperator.process_key_runs (the Spark group function's hot path) behaves like process_element per
-element: same outputs, same state, same timers, and the same timers fire, whatever the function's timer calls."""
+"""KeyedProcessOperator.process_key_runs (the Spark group function's hot path) gives a run of many elements what
+one run per element gives (process_element, the harness's path): same outputs, same state, same timers, and the
+same timers fire, whatever the function's timer calls."""
 
 from __future__ import annotations
 
@@ -10,14 +11,15 @@ import pytest
 
 from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, Types, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError, UserFunctionError
-from keyedstate.keygroups import key_group_for_key
+from keyedstate.keygroups import key_group_of_key, key_group_prefix
 from keyedstate.operator import KeyedProcessOperator
 from keyedstate.serialization import encode_key
-from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.heap import HeapKeyedStateBackend
+from keyedstate.testing import KeyedProcessHarness
 from timers import TimeDomain
+from timers.facade import CoalescingTimerService
 
-MAX_PARALLELISM = 16
+NUM_KEY_GROUPS = 16
 
 # The Spark group function's configuration: compiled value state and timer calls where built, checked against the
 # pure-Python implementation too.
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("implementation")
 
 
 def _backend() -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(max_parallelism=MAX_PARALLELISM, validate_writes=False)
+    return HeapKeyedStateBackend(num_key_groups=NUM_KEY_GROUPS, validate_writes=False)
 
 
 class TimerHeavy(KeyedProcessFunction):
@@ -67,7 +69,7 @@ def _runs(elements: list[tuple[str, Any]]) -> tuple[list, list, list]:
     for key in keys:
         start = len(values)
         values += [value for k, value in elements if k == key]
-        prefix = key_group_prefix(key_group_for_key(key, MAX_PARALLELISM)) + encode_key(key)
+        prefix = key_group_prefix(key_group_of_key(key, NUM_KEY_GROUPS)) + encode_key(key)
         runs.append((key, prefix, start, len(values)))
     return runs, values, [None] * len(values)
 
@@ -205,3 +207,29 @@ def test_key_runs_of_two_inputs_dispatch_by_input_index_like_process_element():
         operator.process_key_runs(*_runs([("b", "fail")])[:3], [1])
     with pytest.raises(ConfigurationError, match=r"TwoInputs has 2 input\(s\) .* there is no input 2"):
         operator.process_element("a", "x", input_index=2)
+
+
+class SeesItsTimerService(KeyedProcessFunction):
+    """Records whether each call's timer service was collecting a key run's calls."""
+
+    def __init__(self):
+        self.seen = []
+
+    def process_element(self, value, ctx):
+        service = ctx.timer_service()
+        self.seen.append(("element", isinstance(service, CoalescingTimerService) and service.collecting))
+        service.register_event_time_timer(10)
+
+    def on_timer(self, timestamp, ctx):
+        self.seen.append(("timer", getattr(ctx.timer_service(), "collecting", False)))
+        if timestamp == 10:
+            ctx.timer_service().register_event_time_timer(5)  # already due: fires in the same advance
+
+
+def test_the_harness_runs_each_element_as_a_key_run_like_spark():
+    function = SeesItsTimerService()
+    with KeyedProcessHarness(function, lambda e: e) as harness:
+        harness.process_element("a")
+        assert harness.num_event_time_timers() == 1  # the run's collected call was flushed when the run ended
+        assert harness.process_watermark(10) == 2
+    assert function.seen == [("element", True), ("timer", False), ("timer", False)]

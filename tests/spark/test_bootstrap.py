@@ -209,7 +209,7 @@ def test_bootstrapped_timers_of_a_key_group_fire_only_once_spark_calls_the_group
     """Pins a difference from Flink (docs/differences-from-flink.md, "Bootstrapped timers"): Spark calls a key group
     only for its input or its own timeout, so a bootstrapped timer waits for its key group's first call even when the
     watermark has passed it; then it fires."""
-    from keyedstate.key_hashing import key_group_of_columns
+    from keyedstate.keygroups import key_group_of_columns
 
     group_of = {f"u{i}": key_group_of_columns([f"u{i}"], ["string"], 4) for i in range(20)}
     woken = "u0"

@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from keyedstate import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
-from keyedstate.keygroups import MAX_MAX_PARALLELISM
+from keyedstate.keygroups import MAX_NUM_KEY_GROUPS
 from keyedstate.spark import add_key_group_column, keyed_process
 from tests.spark.file_stream import write_input
 from keyedstate.spark.key_group_layout import (
@@ -22,7 +22,7 @@ from keyedstate.spark.key_group_layout import (
     IDENTITY,
     balanced_grouping_value,
     grouping_value_column,
-    key_group_of,
+    key_group_of_grouping_value,
     spark_hash_long,
 )
 
@@ -30,8 +30,8 @@ pytestmark = [pytest.mark.spark]
 
 
 def test_every_key_group_has_a_balanced_grouping_value_that_hashes_to_it():
-    values = [balanced_grouping_value(g) for g in range(MAX_MAX_PARALLELISM)]
-    assert [spark_hash_long(v) for v in values] == list(range(MAX_MAX_PARALLELISM))
+    values = [balanced_grouping_value(g) for g in range(MAX_NUM_KEY_GROUPS)]
+    assert [spark_hash_long(v) for v in values] == list(range(MAX_NUM_KEY_GROUPS))
     assert all(0 <= v < 2**32 for v in values)
 
 
@@ -76,14 +76,14 @@ def test_the_identity_layout_groups_by_the_key_group_number(spark):
 
 def test_key_group_of_inverts_the_layout_and_rejects_foreign_values():
     for g in (0, 1, 6):
-        assert key_group_of(balanced_grouping_value(g), 7, BALANCED) == g
-        assert key_group_of(g, 7, IDENTITY) == g
-    assert key_group_of(balanced_grouping_value(7), 7, BALANCED) is None
-    assert key_group_of(7, 7, IDENTITY) is None
-    assert key_group_of(-1, 7, IDENTITY) is None
+        assert key_group_of_grouping_value(balanced_grouping_value(g), 7, BALANCED) == g
+        assert key_group_of_grouping_value(g, 7, IDENTITY) == g
+    assert key_group_of_grouping_value(balanced_grouping_value(7), 7, BALANCED) is None
+    assert key_group_of_grouping_value(7, 7, IDENTITY) is None
+    assert key_group_of_grouping_value(-1, 7, IDENTITY) is None
     # a value whose hash is a valid key group but that the layout never produces
     other = balanced_grouping_value(3) | (1 << 40)
-    assert key_group_of(other, 7, BALANCED) is None
+    assert key_group_of_grouping_value(other, 7, BALANCED) is None
 
 
 def test_an_unknown_layout_is_a_configuration_error(spark):

@@ -20,7 +20,7 @@ from keyedstate.errors import (
     StateTypeMismatchError,
     UnsupportedKeyTypeError,
 )
-from keyedstate.keygroups import key_group_for_key
+from keyedstate.keygroups import key_group_of_key
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import key_group_prefix, pack_sequence
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
@@ -43,7 +43,7 @@ def backend(tmp_path, clock):
 
 
 def stored_prefix(key) -> bytes:
-    return key_group_prefix(key_group_for_key(key, 128)) + encode_key(key)
+    return key_group_prefix(key_group_of_key(key, 128)) + encode_key(key)
 
 
 NAMESPACE = encode_key(None)

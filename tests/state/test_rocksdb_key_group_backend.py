@@ -47,7 +47,7 @@ def write_some(backend, keys, round_: int) -> None:
 
 
 def test_replaying_the_recorded_writes_on_the_old_state_gives_the_new_state(tmp_path):
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=4)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
     register(backend)
     backend.open_key_group(str(tmp_path / "live"))
     write_some(backend, ["a", "b", "gone"], 1)
@@ -63,7 +63,7 @@ def test_replaying_the_recorded_writes_on_the_old_state_gives_the_new_state(tmp_
     backend.close()
     assert len(changes) > 10
 
-    replica = RocksDBKeyedStateBackend(tmp_path / "replica", max_parallelism=4,
+    replica = RocksDBKeyedStateBackend(tmp_path / "replica", num_key_groups=4,
                                        options=RocksDBOptions(reuse_existing=True))
     replica.replay(ChangeLog.decode(changes.encode(), "test"))
     assert everything(replica) == expected
@@ -71,11 +71,11 @@ def test_replaying_the_recorded_writes_on_the_old_state_gives_the_new_state(tmp_
 
 
 def test_a_key_group_database_with_an_incompatible_stored_type_is_refused_by_name(tmp_path):
-    writer = KeyGroupRocksDBBackend(tmp_path / "idle-1", max_parallelism=4)
+    writer = KeyGroupRocksDBBackend(tmp_path / "idle-1", num_key_groups=4)
     writer.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
     writer.open_key_group(str(tmp_path / "kg"))
     writer.close()
-    reader = KeyGroupRocksDBBackend(tmp_path / "idle-2", max_parallelism=4)
+    reader = KeyGroupRocksDBBackend(tmp_path / "idle-2", num_key_groups=4)
     reader.get_or_create_state(ValueStateDescriptor("count", Types.STRING()))
     with pytest.raises(StateTypeMismatchError, match="'count' was stored with type"):
         reader.open_key_group(str(tmp_path / "kg"))
@@ -89,7 +89,7 @@ def test_a_damaged_changelog_is_refused_naming_it():
 
 def test_expired_ttl_entries_are_never_read_and_leave_storage_with_the_next_base_snapshot(tmp_path):
     now = [1_000_000]
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=4, ttl_clock=lambda: now[0])
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4, ttl_clock=lambda: now[0])
     descriptor = ValueStateDescriptor("seen", Types.STRING())
     descriptor.enable_time_to_live(StateTtlConfig.new_builder(Time.seconds(10)).build())
     seen = backend.get_or_create_state(descriptor)
@@ -115,14 +115,14 @@ def test_a_stored_changelog_keeps_only_each_keys_last_point_write_and_every_rang
 
 
 def test_a_database_opened_empty_without_recording_hands_out_its_whole_content_as_the_changes(tmp_path):
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=4)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
     register(backend)
     backend.open_key_group(str(tmp_path / "fresh"), record_changes=False)
     write_some(backend, ["a", "b"], 1)
     expected = everything(backend)
     changes = backend.take_changes()
     backend.close()
-    replica = RocksDBKeyedStateBackend(tmp_path / "replica", max_parallelism=4)
+    replica = RocksDBKeyedStateBackend(tmp_path / "replica", num_key_groups=4)
     replica.replay(ChangeLog.decode(changes.encode(), "test"))
     assert everything(replica) == expected and sorted(replica.stored_state_names()) == ["count", "events", "kinds"]
     replica.close()

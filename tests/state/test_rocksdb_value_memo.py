@@ -19,7 +19,7 @@ def puts_of_count(changes) -> int:
 
 
 def test_a_run_of_updates_to_one_key_writes_rocksdb_once(tmp_path):
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=4)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
     count = counting(backend)
     backend.open_key_group(str(tmp_path / "live"))
     for key in ("a", "b"):
@@ -33,7 +33,7 @@ def test_a_run_of_updates_to_one_key_writes_rocksdb_once(tmp_path):
 
 
 def test_every_reader_of_the_database_sees_the_last_write(tmp_path):
-    backend = RocksDBKeyedStateBackend(tmp_path / "db", max_parallelism=4)
+    backend = RocksDBKeyedStateBackend(tmp_path / "db", num_key_groups=4)
     count = counting(backend)
     backend.set_current_key("a")
     count.update(41)
@@ -44,7 +44,7 @@ def test_every_reader_of_the_database_sees_the_last_write(tmp_path):
     count.update(43)
     backend.close()
 
-    reopened = RocksDBKeyedStateBackend(tmp_path / "db", max_parallelism=4,
+    reopened = RocksDBKeyedStateBackend(tmp_path / "db", num_key_groups=4,
                                         options=RocksDBOptions(reuse_existing=True))
     state = counting(reopened)
     reopened.set_current_key("a")
@@ -53,7 +53,7 @@ def test_every_reader_of_the_database_sees_the_last_write(tmp_path):
 
 
 def test_switching_keys_and_coming_back_reads_each_keys_own_value(tmp_path):
-    backend = RocksDBKeyedStateBackend(tmp_path / "db", max_parallelism=4)
+    backend = RocksDBKeyedStateBackend(tmp_path / "db", num_key_groups=4)
     count = counting(backend)
     for key, value in (("a", 1), ("b", 2), ("a", 3), ("c", 4)):
         backend.set_current_key(key)
@@ -70,7 +70,7 @@ def test_switching_keys_and_coming_back_reads_each_keys_own_value(tmp_path):
 
 
 def test_mutable_values_are_fresh_copies_before_and_after_the_write_is_kept_back(tmp_path):
-    backend = RocksDBKeyedStateBackend(tmp_path / "db", max_parallelism=4)
+    backend = RocksDBKeyedStateBackend(tmp_path / "db", num_key_groups=4)
     state = backend.get_or_create_state(ValueStateDescriptor("seen", Types.PICKLED_BYTE_ARRAY()))
     backend.set_current_key("a")
     value = [1]
@@ -86,7 +86,7 @@ def test_mutable_values_are_fresh_copies_before_and_after_the_write_is_kept_back
 
 
 def test_a_database_handed_on_carries_the_kept_back_write_and_the_next_one_starts_clean(tmp_path):
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=4)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
     count = counting(backend)
     backend.open_key_group(str(tmp_path / "one"))
     backend.set_current_key("a")

@@ -22,7 +22,7 @@ def chain(tmp_path):
     """Batches 0..5 of one key group: a base at batch 0 and at batch 3, changelogs in between."""
     storage = CheckpointStorage(tmp_path / "storage")
     versions = KeyGroupVersions(storage, key_group=3, num_key_groups=8)
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=8)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=8)
     count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
     record = None
     for batch in range(6):
@@ -46,7 +46,7 @@ def chain(tmp_path):
 
 def restored(versions: KeyGroupVersions, record: VersionRecord, path: str) -> list:
     changelogs = versions.restore(record, path)
-    backend = RocksDBKeyedStateBackend(path, max_parallelism=8, options=RocksDBOptions(reuse_existing=True))
+    backend = RocksDBKeyedStateBackend(path, num_key_groups=8, options=RocksDBOptions(reuse_existing=True))
     for changelog in changelogs:
         backend.replay(changelog)
     records = sorted(backend.iter_stored_records("count"))
@@ -92,7 +92,7 @@ def test_a_new_base_reuploads_no_stored_sst_and_collects_what_no_kept_base_names
     assert len(manifests) == 2  # bases of batch 0 and 3: 0 is kept while retained records may name it
     restored(versions, record, str(tmp_path / "db"))
     # A base written from the unchanged database uploads no SST again.
-    backend = KeyGroupRocksDBBackend(tmp_path / "db", max_parallelism=8)
+    backend = KeyGroupRocksDBBackend(tmp_path / "db", num_key_groups=8)
     backend.checkpoint(str(tmp_path / "again"))
     metadata, raw = backend.state_metadata(), backend.raw_column_names()
     backend.close()
@@ -129,7 +129,7 @@ def test_a_line_continued_from_an_older_retained_version_keeps_what_it_names_and
     retain, last, rewound = 3, 11, 9
     storage = CheckpointStorage(tmp_path / "storage")
     versions = KeyGroupVersions(storage, key_group=3, num_key_groups=8)
-    backend = KeyGroupRocksDBBackend(tmp_path / "idle", max_parallelism=8)
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=8)
     count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
 
     def write(record, local, batch, tag, step):

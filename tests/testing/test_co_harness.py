@@ -13,7 +13,7 @@ from keyedstate import (
     ValueStateDescriptor,
 )
 from keyedstate.errors import ConfigurationError, UserFunctionError
-from keyedstate.keygroups import key_group_for_key, partition_for_key_group
+from keyedstate.keygroups import key_group_of_key, partition_for_key_group
 from keyedstate.testing import KeyedCoProcessHarness, KeyedProcessHarness
 
 SEEN = ListStateDescriptor("seen", Types.STRING())
@@ -109,7 +109,7 @@ def test_snapshot_and_restore_into_one_and_into_two_partitions(backend_kind):
     assert len(expected) == 12 and all(record[3] == "1:o,2:p,2:late" for record in expected)
     two = [KeyedCoProcessHarness.restore(Collect(), *selectors, snapshot, backend=backend_kind, partition=i,
                                          partitions=2) for i in range(2)]
-    owner = lambda user: partition_for_key_group(key_group_for_key(user, 128), 2, 128)  # noqa: E731
+    owner = lambda user: partition_for_key_group(key_group_of_key(user, 128), 2, 128)  # noqa: E731
     assert finish(two, owner) == expected
     for h in [one, *two]:
         h.close()

@@ -13,7 +13,7 @@ from keyedstate import KeyedProcessFunction, StateTtlConfig, Time, Types
 from keyedstate.state import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor
 from keyedstate.state import ReducingStateDescriptor, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, UserFunctionError
-from keyedstate.keygroups import key_group_for_key, key_group_range_for_partition
+from keyedstate.keygroups import key_group_of_key, key_group_range_for_partition
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_format import (
@@ -125,7 +125,7 @@ def test_every_state_type_and_the_timers_round_trip(backend_kind):
 
 def test_the_rows_are_the_ones_spark_commits_per_key_group(backend_kind):
     snapshot = filled_snapshot(backend_kind, 50)
-    groups = {key_group_for_key(key_of(i), MAX_PARALLELISM) for i in range(50)}
+    groups = {key_group_of_key(key_of(i), MAX_PARALLELISM) for i in range(50)}
     assert set(snapshot.rows) == groups  # a row per key group with state, none for the others
     for key_group, row in snapshot.rows.items():
         state_row = StateRow.from_row(row)
@@ -191,7 +191,7 @@ def test_snapshots_of_three_partitions_restore_into_one_harness(backend_kind):
     single = KeyedProcessHarness(EveryState(), lambda v: v[0], backend=backend_kind).open()
     for index in range(90):
         key = key_of(index)
-        owner = next(i for i in range(3) if key_group_for_key(key, MAX_PARALLELISM)
+        owner = next(i for i in range(3) if key_group_of_key(key, MAX_PARALLELISM)
                      in key_group_range_for_partition(i, 3, MAX_PARALLELISM))
         parts[owner].process_element((key, index))
         single.process_element((key, index))
@@ -222,7 +222,7 @@ def test_rocksdb_snapshots_store_per_key_group_only_what_changed():
     before = _stored_bytes(first.storage_uri)
     harness.process_element((key_of(3), 77))  # one key of one key group
     second = harness.snapshot()
-    changed = key_group_for_key(key_of(3), MAX_PARALLELISM)
+    changed = key_group_of_key(key_of(3), MAX_PARALLELISM)
     assert {kg for kg in first.rows if first.rows[kg] != second.rows[kg]} == {changed}
     old, new = (VersionRecord.from_bytes(StateRow.from_row(s.rows[changed]).state) for s in (first, second))
     assert new.changelogs[:-1] == old.changelogs and new.base == old.base  # one more changelog, same base
@@ -237,7 +237,7 @@ def test_rocksdb_snapshots_store_per_key_group_only_what_changed():
 def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs():
     harness = KeyedProcessHarness(EveryState(), lambda v: v[0], backend="rocksdb").open()
     harness._persistence().policy = SnapshotPolicy(max_changelogs=2, min_changelog_bytes=1 << 30)
-    key_group = key_group_for_key(key_of(0), MAX_PARALLELISM)
+    key_group = key_group_of_key(key_of(0), MAX_PARALLELISM)
     records = []
     for round_ in range(4):
         harness.process_element((key_of(0), round_))

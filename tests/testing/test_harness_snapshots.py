@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 from examples.session_gap import SessionGapFunction
-from keyedstate.keygroups import key_group_for_key, partition_for_key_group
+from keyedstate.keygroups import key_group_of_key, partition_for_key_group
 from keyedstate.testing import KeyedProcessHarness
 
 
@@ -55,7 +55,7 @@ def test_restore_into_one_and_into_three_partitions_continues_exactly(backend_ki
         KeyedProcessHarness.restore(SessionGapFunction(), key, snapshot, backend=backend_kind, partition=i, partitions=3)
         for i in range(3)
     ]
-    owner = lambda user: partition_for_key_group(key_group_for_key(user, 128), 3, 128)
+    owner = lambda user: partition_for_key_group(key_group_of_key(user, 128), 3, 128)
     assert sorted(before + run(three, steps[cut:], owner)) == expected
     for harness in three:
         harness.close()

@@ -6,7 +6,7 @@ import pytest
 
 from timer_helpers import Recorder
 from keyedstate.errors import KeyGroupNotOwnedError, SerializationError
-from keyedstate.keygroups import KeyGroupRange, key_group_for_key
+from keyedstate.keygroups import KeyGroupRange, key_group_of_key
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE as V
 from timers import BLOB_FORMAT_VERSION, TimeDomain, decode_key_group_blob, encode_key_group_blob
@@ -17,7 +17,7 @@ EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
 def keys_in_group(key_group, count, max_parallelism=128):
     found, i = [], 0
     while len(found) < count:
-        if key_group_for_key(f"key-{i}", max_parallelism) == key_group:
+        if key_group_of_key(f"key-{i}", max_parallelism) == key_group:
             found.append(f"key-{i}")
         i += 1
     return found

@@ -9,9 +9,10 @@ import pytest
 
 from timer_helpers import Recorder, snapshot_restore
 from keyedstate import ValueStateDescriptor
-from keyedstate.keygroups import KeyGroupRange, key_group_for_key
+from keyedstate.keygroups import KeyGroupRange, key_group_of_key
 from keyedstate.serialization import encode_key
-from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_of
+from keyedstate.keygroups import key_group_of_stored_key as key_group_of
+from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, TimerService, decode_record
 
 V = VOID_NAMESPACE
@@ -371,7 +372,7 @@ def test_restore_into_other_key_group_ranges_keeps_exactly_the_owned_timers(setu
         new_service.advance_processing_time(MAX_WATERMARK)
         fired = new_rec.take()
         assert fired, "every range owns some of the 200 keys"
-        assert all(key_group_for_key(key, 128) in key_group_range for _, key in fired)
+        assert all(key_group_of_key(key, 128) in key_group_range for _, key in fired)
         all_fired += fired
     assert sorted(all_fired) == sorted(expected_event | expected_processing)
 

@@ -55,7 +55,7 @@ class Setup:
     def backend(self, key_group_range: Optional[KeyGroupRange] = None, max_parallelism: Optional[int] = None) -> Any:
         self._count += 1
         kwargs = dict(
-            max_parallelism=max_parallelism or self.max_parallelism,
+            num_key_groups=max_parallelism or self.max_parallelism,
             key_group_range=key_group_range,
         )
         if self.name == "rocksdb":
@@ -142,7 +142,7 @@ def snapshot_restore(setup: Setup, backend: Any, service: InternalTimerService, 
     rows = setup.store(backend).snapshot(checkpoint_id, service)
     restored = []
     for key_group_range in ranges or [backend.key_group_range]:
-        new = setup.backend(key_group_range=key_group_range, max_parallelism=backend.max_parallelism)
+        new = setup.backend(key_group_range=key_group_range, max_parallelism=backend.num_key_groups)
         # RocksDB versions restore timers into raw columns, which a RocksDB timer storage re-reads
         storage = "rocksdb" if new.backend_kind == "rocksdb" else service.storage
         loading = InternalTimerService(new, name=service.name, storage=storage)

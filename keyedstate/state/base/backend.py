@@ -24,12 +24,7 @@ from keyedstate.errors import (
     StateTypeMismatchError,
     UnknownStateError,
 )
-from keyedstate.keygroups import (
-    DEFAULT_MAX_PARALLELISM,
-    KeyGroupRange,
-    key_group_for_encoded_key,
-    validate_max_parallelism,
-)
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_assigner, validate_num_key_groups
 from keyedstate.serialization import decode_key, encode_key
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_prefix
 from keyedstate.state.base.stores import ListStore, MapStore, RawColumn, ValueStore
@@ -117,16 +112,19 @@ class KeyedStateBackend(ABC):
     def __init__(
         self,
         *,
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        num_key_groups: int = DEFAULT_NUM_KEY_GROUPS,
         key_group_range: Optional[KeyGroupRange] = None,
         ttl_clock: TtlClock = system_clock_ms,
     ) -> None:
-        self.max_parallelism = validate_max_parallelism(max_parallelism)
-        self.key_group_range = key_group_range or KeyGroupRange.of_all(max_parallelism)
-        if self.key_group_range.start < 0 or self.key_group_range.end >= max_parallelism:
+        self.num_key_groups = validate_num_key_groups(num_key_groups)
+        self.key_group_range = key_group_range or KeyGroupRange.of_all(num_key_groups)
+        if self.key_group_range.start < 0 or self.key_group_range.end >= num_key_groups:
             raise ConfigurationError(
-                f"key group range {self.key_group_range} is outside 0..{max_parallelism - 1}"
+                f"key group range {self.key_group_range} is outside 0..{num_key_groups - 1}"
             )
+        self.key_group_of_key: Callable[[Any], int] = key_group_assigner(num_key_groups)
+        """``key -> key group`` for :meth:`set_current_key`: Spark's, with the key column types inferred from each
+        key; the harness replaces it with one of declared types (:func:`keyedstate.keygroups.key_group_assigner`)."""
         self.ttl_clock = ttl_clock
         self._current_key: Any = None
         self._current_key_group = -1
@@ -147,9 +145,7 @@ class KeyedStateBackend(ABC):
                 "the key is None: keyed state needs a non-null key. Filter out or replace null keys before keying "
                 "the stream"
             )
-        encoded = encode_key(key)
-        key_group = key_group_for_encoded_key(encoded, self.max_parallelism)
-        self.set_current_key_in_group(key, encoded, key_group)
+        self.set_current_key_in_group(key, encode_key(key), self.key_group_of_key(key))
 
     def set_current_key_in_group(self, key: Any, encoded_key: bytes, key_group: int) -> None:
         """Set the current key when its key group was assigned outside keyedstate (Spark's hash of the key)."""

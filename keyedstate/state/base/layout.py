@@ -1,7 +1,7 @@
 """The byte layout of keyed state, shared by every backend and by snapshots.
 
-Every stored key starts with the key group (2 bytes, big-endian) and the encoded user key; that prefix is what
-rescaling and per-key-group scans use. After it come the encoded namespace and, per state kind:
+Every stored key starts with the key group (2 bytes, big-endian, :func:`keyedstate.keygroups.key_group_prefix`) and
+the encoded user key; that prefix is what rescaling and per-key-group scans use. After it come the encoded namespace and, per state kind:
 
 * value, reducing, aggregating: nothing more; the stored value is one entry.
 * map: the encoded map key; one entry per map key.
@@ -17,6 +17,7 @@ import struct
 from typing import Any
 
 from keyedstate.errors import SerializationError, StateTypeMismatchError
+from keyedstate.keygroups import KEY_GROUP_PREFIX_BYTES, key_group_prefix  # owned there; the first part of the layout
 from keyedstate.serialization import encode_key
 from keyedstate.state.descriptors import StateDescriptor
 
@@ -25,26 +26,18 @@ __all__ = [
     "VOID_NAMESPACE",
     "LIST_SEQUENCE_BYTES",
     "key_group_prefix",
-    "key_group_of",
     "prefix_successor",
     "EntryCodec",
 ]
 
-KEY_GROUP_PREFIX_BYTES = 2
 LIST_SEQUENCE_BYTES = 8
 VOID_NAMESPACE = encode_key(None)
 
-_key_group_struct = struct.Struct(">H")
 _timestamp_struct = struct.Struct(">q")
 _sequence_struct = struct.Struct(">Q")
 
-key_group_prefix = _key_group_struct.pack
 pack_sequence = _sequence_struct.pack
 unpack_sequence = _sequence_struct.unpack_from
-
-
-def key_group_of(stored_key: bytes) -> int:
-    return _key_group_struct.unpack_from(stored_key)[0]
 
 
 def prefix_successor(prefix: bytes) -> bytes:

@@ -6,14 +6,13 @@ import logging
 from typing import Any, Iterable, Iterator, Optional
 
 from keyedstate.errors import ConfigurationError
-from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key
 from keyedstate.serialization import decode_key
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.base.layout import (
     KEY_GROUP_PREFIX_BYTES,
     LIST_SEQUENCE_BYTES,
     EntryCodec,
-    key_group_of,
     pack_sequence,
 )
 from keyedstate.state.base.stores import RawColumn
@@ -56,12 +55,12 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def __init__(
         self,
         *,
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        num_key_groups: int = DEFAULT_NUM_KEY_GROUPS,
         key_group_range: Optional[KeyGroupRange] = None,
         ttl_clock: TtlClock = system_clock_ms,
         validate_writes: bool = True,
     ) -> None:
-        super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
+        super().__init__(num_key_groups=num_key_groups, key_group_range=key_group_range, ttl_clock=ttl_clock)
         self.validate_writes = validate_writes
         # Restored records of states not registered (yet): kept as bytes and carried into later snapshots.
         self._pending_records: dict[str, list[tuple[bytes, bytes]]] = {}
@@ -133,11 +132,11 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def _owned_records(self, records: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
         owned = self.key_group_range
-        if owned.start == 0 and owned.end == self.max_parallelism - 1:
+        if owned.start == 0 and owned.end == self.num_key_groups - 1:
             # Owning every key group (the Spark group function's backend) keeps everything: skip the per-record
-            # decode of the key group; a record outside 0..max_parallelism-1 cannot be written by keyedstate.
+            # decode of the key group; a record outside 0..num_key_groups-1 cannot be written by keyedstate.
             return list(records)
-        return [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        return [(k, v) for k, v in records if owned.start <= key_group_of_stored_key(k) <= owned.end]
 
     def _load_into(self, store: Any, descriptor: StateDescriptor, codec: EntryCodec,
                    records: Iterable[tuple[bytes, bytes]]) -> None:

@@ -42,7 +42,7 @@ class RowKeyGroupStore(KeyGroupStore):
         # Values are serialized when the row is written at the end of the call, which fails the whole (atomic)
         # batch on an unserializable value; validating every write as well would only slow the hot path.
         self.backend = backend if backend is not None else HeapKeyedStateBackend(
-            max_parallelism=num_key_groups, ttl_clock=ttl_clock, validate_writes=False)
+            num_key_groups=num_key_groups, ttl_clock=ttl_clock, validate_writes=False)
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
         row = committed_row(group_state, self.num_key_groups, HEAP)

@@ -8,10 +8,10 @@ import os
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from keyedstate.errors import UnknownStateError
-from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM, KeyGroupRange
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key
 from keyedstate.serialization import decode_key
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
-from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_of, prefix_successor
+from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
 from keyedstate.state.rocksdb.changelog import ChangeLog
@@ -50,13 +50,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self,
         path: str | os.PathLike[str],
         *,
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        num_key_groups: int = DEFAULT_NUM_KEY_GROUPS,
         key_group_range: Optional[KeyGroupRange] = None,
         ttl_clock: TtlClock = system_clock_ms,
         options: Optional[RocksDBOptions] = None,
         record_changes: Optional[bool] = None,
     ) -> None:
-        super().__init__(max_parallelism=max_parallelism, key_group_range=key_group_range, ttl_clock=ttl_clock)
+        super().__init__(num_key_groups=num_key_groups, key_group_range=key_group_range, ttl_clock=ttl_clock)
         if record_changes is not None:
             self.record_changes = record_changes
         self.path = os.path.abspath(os.fspath(path))
@@ -187,7 +187,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             self._restored_metadata[metadata.name] = metadata
         self._write_metadata([metadata] if registered is None else [])
         owned = self.key_group_range
-        kept = [(k, v) for k, v in records if owned.start <= key_group_of(k) <= owned.end]
+        kept = [(k, v) for k, v in records if owned.start <= key_group_of_stored_key(k) <= owned.end]
         self.write_pending_values(forget=True)
         database = self._database
         family = STATE_CF_PREFIX + metadata.name

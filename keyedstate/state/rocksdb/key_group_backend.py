@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-from keyedstate.keygroups import DEFAULT_MAX_PARALLELISM
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
 from keyedstate.state.base.backend import StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import ChangeLog
@@ -33,11 +33,11 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self,
         path: str | os.PathLike[str],
         *,
-        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        num_key_groups: int = DEFAULT_NUM_KEY_GROUPS,
         ttl_clock: TtlClock = system_clock_ms,
         options: Optional[RocksDBOptions] = None,
     ) -> None:
-        super().__init__(path, max_parallelism=max_parallelism, ttl_clock=ttl_clock,
+        super().__init__(path, num_key_groups=num_key_groups, ttl_clock=ttl_clock,
                          options=options or RocksDBOptions(reuse_existing=True))
         self._attached = True
 

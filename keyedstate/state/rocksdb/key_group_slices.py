@@ -13,8 +13,7 @@ import shutil
 from dataclasses import replace
 from typing import Any, Iterable, Optional
 
-from keyedstate.keygroups import KeyGroupRange
-from keyedstate.state.base.layout import key_group_of, key_group_prefix
+from keyedstate.keygroups import KeyGroupRange, key_group_of_stored_key, key_group_prefix
 from keyedstate.state.rocksdb.backend import METADATA_PREFIX
 from keyedstate.state.rocksdb.changelog import DELETE_RANGE, PUT, ChangeLog, Operation
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase, open_read_only
@@ -40,11 +39,11 @@ def split_changes(changes: ChangeLog, owned: KeyGroupRange) -> dict[int, list[Op
         if not family.startswith(_KEYED_PREFIXES):
             continue
         if kind != DELETE_RANGE:
-            by_group.setdefault(key_group_of(key), []).append(op)
+            by_group.setdefault(key_group_of_stored_key(key), []).append(op)
             continue
         end = value or b""
         if len(key) >= 2 and len(end) >= 2 and key[:2] == end[:2]:
-            by_group.setdefault(key_group_of(key), []).append(op)  # within one key group (a key's entries)
+            by_group.setdefault(key_group_of_stored_key(key), []).append(op)  # within one key group (a key's entries)
             continue
         for key_group in owned:
             start, stop = _bounds(key_group)
