@@ -10,7 +10,7 @@ Layout below the local directory::
                                          (any process on the machine may run the key group's next call); holds
                                          that process's pid
     workers/<pid>.fifo                   where a process that keeps databases open takes requests to close one
-    handles/<pid>/<name>.<n>             a symbolic link to a database, the path a process opened it with (see
+    handles/<pid>/kg-00007.<random>      a symbolic link to a database, the path a process opened it with (see
                                          LocalDatabases.handle)
     idle/<pid>-<n>/                      each store's empty database in a worker process (holds the states'
                                          registrations; one per query a worker runs)
@@ -117,8 +117,7 @@ class LocalDatabases:
         again later."""
         directory = os.path.join(self.root, "handles", str(os.getpid()))
         os.makedirs(directory, exist_ok=True)
-        name = os.path.relpath(path, self.root).replace(os.sep, ".")
-        link = os.path.join(directory, f"{name}.{uuid.uuid4().hex[:8]}")
+        link = os.path.join(directory, f"{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")  # uids can be long
         os.symlink(os.path.abspath(path), link)
         return link
 
