@@ -10,6 +10,8 @@ Layout below the local directory::
                                          (any process on the machine may run the key group's next call); holds
                                          that process's pid
     workers/<pid>.fifo                   where a process that keeps databases open takes requests to close one
+    handles/<pid>/kg-00007.<random>      a symbolic link to a database, the path a process opened it with (see
+                                         LocalDatabases.handle)
     idle/<pid>-<n>/                      each store's empty database in a worker process (holds the states'
                                          registrations; one per query a worker runs)
 
@@ -56,7 +58,8 @@ class LocalDatabases:
 
     def idle_path(self) -> str:
         """This process's idle database; those of processes that are gone are removed."""
-        for directory in glob.glob(os.path.join(self.root, "idle", "*")):
+        for directory in glob.glob(os.path.join(self.root, "idle", "*")) + glob.glob(
+                os.path.join(self.root, "handles", "*")):
             pid = os.path.basename(directory).split("-")[0]
             if pid.isdigit() and not process_alive(int(pid)):
                 shutil.rmtree(directory, ignore_errors=True)
@@ -94,6 +97,37 @@ class LocalDatabases:
     @staticmethod
     def release(descriptor: int) -> None:
         os.close(descriptor)  # closing the descriptor releases the flock
+
+    @staticmethod
+    def owns(path: str, descriptor: int) -> bool:
+        """Whether the lock ``descriptor`` holds is still the lock file at ``path`` (the same file, not one created
+        after the directory and its lock were deleted under us: then another process may own ``path`` now, and
+        nothing of ours may be written into it)."""
+        try:
+            held, current = os.fstat(descriptor), os.stat(path + ".lock")
+        except OSError:
+            return False
+        return (held.st_ino, held.st_dev) == (current.st_ino, current.st_dev)
+
+    def handle(self, path: str) -> str:
+        """A new path of this process's own leading to the database at ``path`` (a symbolic link below
+        ``handles/<pid>/``), to open it with. RocksDB creates and deletes files by the path it was opened with, and
+        keys its in-process lock registry by it: a process that lost ``path`` (:meth:`owns`) removes its handle and
+        closes the database without touching the directory another process owns now, and can open that path
+        again later."""
+        directory = os.path.join(self.root, "handles", str(os.getpid()))
+        os.makedirs(directory, exist_ok=True)
+        link = os.path.join(directory, f"{os.path.basename(path)}.{uuid.uuid4().hex[:8]}")  # uids can be long
+        os.symlink(os.path.abspath(path), link)
+        return link
+
+    def drop_handle(self, handle: str) -> None:
+        """Remove a :meth:`handle` (nothing else: a database opened at its real path keeps it)."""
+        if os.path.dirname(os.path.dirname(handle)) == os.path.join(self.root, "handles"):
+            try:
+                os.remove(handle)
+            except FileNotFoundError:
+                pass
 
     def request_channel(self, pid: int) -> str:
         """The FIFO on which the worker process ``pid`` takes requests to close databases it keeps open."""

@@ -10,7 +10,10 @@ Spark's idle-worker cleanup (one minute without tasks) kills the worker with SIG
 databases open leaves them without a tag, so they are rebuilt from durable storage, as after any crash.
 
 A kept database is trusted only while it is open in this process: the tag it holds is in memory, and the ``TAG``
-file is written when it is closed after a successful call.
+file is written when it is closed after a successful call. A process writes into a database directory only while
+the lock file it holds is the one at the path: whoever deletes the directory with its lock (a disk cleanup, a test
+losing local databases) lets another process lock a new file there, and the old holder then abandons its database
+(never flushes or tags it).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Optional
 from keyedstate.spark.local_databases import LocalDatabases, process_alive
 
 __all__ = ["OpenDatabases", "KeptDatabase", "KEEP_OPEN_SECONDS", "MAX_KEPT_DATABASES", "worker_reuse_enabled",
-           "open_databases_of"]
+           "open_databases_of", "abandon"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
@@ -43,6 +46,19 @@ def worker_reuse_enabled() -> bool:
     """Whether Spark reuses this Python worker for later tasks (the JVM sets ``SPARK_REUSE_WORKER`` then). Without
     reuse the worker exits after its task, and a database kept open would be lost with it."""
     return bool(os.environ.get("SPARK_REUSE_WORKER"))
+
+
+def abandon(local: LocalDatabases, path: str, database: Any) -> None:
+    """Close a database whose ``path`` this process no longer owns (:meth:`LocalDatabases.owns`) without writing
+    into it: its handle goes first, so the flush and the obsolete-file purge of RocksDB's close find no directory
+    (closed at ``path`` they would write SSTs under file names the new owner uses, and delete its files)."""
+    logger.warning("the local state database %s was deleted while this process held it; closing it without "
+                   "writing into the directory (another process may own it now)", path)
+    local.drop_handle(database.path)
+    try:
+        database.close()
+    except Exception:  # expected: nothing can be flushed without a directory
+        pass
 
 
 _SHARED: dict[str, "OpenDatabases"] = {}
@@ -151,7 +167,12 @@ class OpenDatabases:
 
     def _close(self, path: str, kept: KeptDatabase) -> None:
         """Flush, close and tag a kept database, then release its lock (in this order: the next holder reads the
-        tag to decide whether to trust the files)."""
+        tag to decide whether to trust the files). A database whose directory was deleted and recreated under it
+        (its lock file is another one now) is abandoned instead: the path may belong to another process."""
+        if not self.local.owns(path, kept.lock):
+            abandon(self.local, path, kept.database)
+            self.local.release(kept.lock)
+            return
         try:
             kept.database.close()
             if os.path.isdir(path):
@@ -161,6 +182,7 @@ class OpenDatabases:
                            path, exc_info=True)
             self.local.remove_tag(path)
         finally:
+            self.local.drop_handle(kept.database.path)
             self.local.release(kept.lock)
 
     def release_requested(self, path: str) -> None:

@@ -15,7 +15,9 @@ call), the base snapshot it builds on and the changelogs since, in durable stora
    :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
    are uploaded), and writes the row naming the new version.
 4. keeps the database open with the new tag for the key group's next call, or (a first call, a failed call,
-   another worker waiting for it, or no worker reuse) closes (flushes) it and writes the new ``TAG``.
+   another worker waiting for it, or no worker reuse) closes (flushes) it and writes the new ``TAG``. Only while
+   the lock file it holds is still the one at the path: if the directory and its lock were deleted meanwhile,
+   another process may own the path, and the database is abandoned without writing into it.
 
 So correctness never depends on the local database: a retried or duplicate task attempt, the data run and the
 timed-out run of one task in different worker processes, a lost executor or a restarted query all find either a
@@ -39,7 +41,7 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.spark.local_databases import LocalDatabases
-from keyedstate.spark.open_databases import OpenDatabases, open_databases_of, worker_reuse_enabled
+from keyedstate.spark.open_databases import OpenDatabases, abandon, open_databases_of, worker_reuse_enabled
 from keyedstate.spark.storage_claims import check_single_writer
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.store import KeyGroupStore
@@ -105,6 +107,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         self.backend: KeyGroupRocksDBBackend = KeyGroupRocksDBBackend(
             self.local.idle_path(), num_key_groups=num_key_groups, ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
+        self._handle: Optional[str] = None  # the path the call's database was opened with
         self._saved_tag: Optional[str] = None
         self._bootstrapped = False  # this call restored the bootstrap's version, not a committed one
 
@@ -139,13 +142,19 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         kept = self.open.take(path) if self.open is not None else None
         self._call = (path, record, versions)
         self._saved_tag = None
+        if kept is not None and not local.owns(path, kept.lock):  # deleted under it: not ours any more
+            abandon(local, path, kept.database)
+            local.release(kept.lock)
+            kept = None
         if kept is not None:
             self._lock = kept.lock  # released in finish(), which the group function always calls
             if self._still_current(kept, record, path):
                 self.backend.attach_key_group(kept.database)
+                self._handle = kept.database.path
                 timer_service.reload_key_group(key_group)
                 return
             _close_quietly(kept.database)  # a failed attempt's writes, or a version Spark did not commit
+            local.drop_handle(kept.database.path)
         else:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             self._lock = local.acquire(path)
@@ -168,7 +177,9 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 raise explained from error
         os.makedirs(path, exist_ok=True)
         local.remove_tag(path)  # from here until finish() the database may differ from every committed version
-        self.backend.open_key_group(path, record_changes=record is not None)
+        # opened through a handle of this process: see LocalDatabases.handle and finish()
+        self._handle = local.handle(path)
+        self.backend.open_key_group(self._handle, record_changes=record is not None)
         for changelog in changelogs:
             self.backend.replay(changelog)
         timer_service.reload_key_group(key_group)
@@ -202,17 +213,22 @@ class RocksDBKeyGroupStore(KeyGroupStore):
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
         call, self._call = self._call, None
         lock, self._lock = self._lock, None
+        handle, self._handle = self._handle, None
         timer_service.forget_key_group(key_group)
         try:
             if call is None:
                 return
             path = call[0]
+            if lock is not None and not self.local.owns(path, lock):  # deleted under the call: never write there
+                if handle is not None and self.backend.attached:
+                    abandon(self.local, path, self.backend.detach_key_group())
+                return
             tag = self._saved_tag if succeeded else None
             if tag is not None and self.open is not None and lock is not None:
                 self.backend.start_recording()  # a database opened empty: its whole content is stored already
                 database = self.backend.detach_key_group()
                 if self.open.keep(path, database, tag, lock, moves_with=task_partition_id()):
-                    lock = None  # the kept database holds it
+                    lock = handle = None  # the kept database holds them
                     return
                 database.close()  # another worker process waits for it
             else:
@@ -224,6 +240,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         finally:
             if self.open is not None:
                 self.open.done()
+            if handle is not None:
+                self.local.drop_handle(handle)
             if lock is not None:
                 self.local.release(lock)
 

@@ -4,6 +4,7 @@ if one is using it), closed when unused, at most a bounded number open, and alwa
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,6 +15,8 @@ import pytest
 
 from keyedstate.spark.local_databases import TAG_FILE, LocalDatabases
 from keyedstate.spark.open_databases import OpenDatabases
+from keyedstate.state.rocksdb.db import RocksDatabase
+from keyedstate.state.rocksdb.options import RocksDBOptions
 
 
 class FakeDatabase:
@@ -158,3 +161,55 @@ def test_without_a_request_channel_nothing_is_kept_and_the_caller_closes_as_befo
     assert open_databases.keep(path, FakeDatabase(path), "tag-40", lock) is False
     assert len(open_databases) == 0
     local.release(lock)
+
+
+def _files(path: str) -> dict[str, tuple[int, int]]:
+    return {name: (os.stat(os.path.join(path, name)).st_size, os.stat(os.path.join(path, name)).st_mtime_ns)
+            for name in sorted(os.listdir(path))}
+
+
+def test_a_kept_database_whose_directory_another_process_took_over_writes_nothing_into_it(local):
+    """Deleting the local databases with their lock files (a disk cleanup) lets another process lock and rebuild
+    the path while this one still keeps its database open: closing that one must not flush SSTs into the new
+    directory (RocksDB reuses file numbers: "Mismatch in unique ID"), purge its files or write a tag there."""
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    path = local.path("query", "Count", 50)
+    os.makedirs(path)
+    lock = local.acquire(path)
+    database = RocksDatabase(local.handle(path), RocksDBOptions(reuse_existing=True), families=["state:count"])
+    for index in range(100):
+        database.column_family("state:count").put(b"old-%d" % index, b"only in the memtable")
+    assert open_databases.keep(path, database, "tag-old", lock)
+    shutil.rmtree(os.path.join(local.root, "query"))  # the database, its lock and its handle's target
+
+    code = textwrap.dedent(f"""
+        import os
+        from keyedstate.spark.local_databases import LocalDatabases
+        from keyedstate.state.rocksdb.db import RocksDatabase
+        from keyedstate.state.rocksdb.options import RocksDBOptions
+        local, path = LocalDatabases({local.root!r}, lock_timeout_seconds=30), {path!r}
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        lock = local.acquire(path)
+        database = RocksDatabase(path, RocksDBOptions(reuse_existing=True), families=["state:count"])
+        if os.environ.get("READ") != "1":
+            for index in range(100):
+                database.column_family("state:count").put(b"new-%d" % index, b"committed")
+            database.close()
+            local.write_tag(path, "tag-new")
+        else:
+            family = database.column_family("state:count")
+            print(sorted(key.decode() for key in family.keys())[:1], len(list(family.keys())), flush=True)
+            database.close()
+        local.release(lock)
+    """)
+    taken = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert taken.returncode == 0, taken.stderr
+    before = _files(path)
+
+    open_databases.close_all()  # the kept database goes (as when unused, evicted or asked for)
+    assert local.read_tag(path) == "tag-new" and _files(path) == before
+    read = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "READ": "1"})
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.split() == ["['new-0']", "100"]  # the new owner's state, whole, and nothing of ours
+    assert os.listdir(os.path.join(local.root, "handles", str(os.getpid()))) == []

@@ -128,3 +128,18 @@ def test_a_new_database_kept_open_after_its_first_call_records_the_writes_of_the
     open_databases_of(_local_of(tmp_path)).close_all()
     shutil.rmtree(tmp_path / "local")  # so the next call rebuilds from durable storage alone
     assert call(function, ["a", "b"], state) == [("a", 3), ("b", 2)]
+
+
+def test_a_kept_database_lost_with_its_lock_file_is_dropped_and_the_path_opened_again(worker, tmp_path):
+    import shutil
+
+    function, state = worker(reuse=True), FakeGroupState()
+    for _ in range(3):
+        call(function, ["a"], state)
+    path = database_path(tmp_path)
+    shutil.rmtree(os.path.dirname(os.path.dirname(path)))  # databases and lock files: the path is up for grabs
+    assert call(function, ["a"], state) == [("a", 4)]  # rebuilt under a new lock, opened again in this process
+    assert call(function, ["a"], state) == [("a", 5)]
+    handles = list((tmp_path / "local" / "handles" / str(os.getpid())).iterdir())
+    assert len(handles) == 1 and handles[0].resolve() == (tmp_path / "local").resolve() / os.path.relpath(
+        path, tmp_path / "local")  # only the kept database's handle is left

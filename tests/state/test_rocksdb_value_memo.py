@@ -103,3 +103,31 @@ def test_a_database_handed_on_carries_the_kept_back_write_and_the_next_one_start
     backend.set_current_key("a")
     assert count.value() == 7
     backend.close_key_group()
+
+
+def test_a_kept_back_write_that_fails_when_another_key_is_read_raises_naming_the_state(tmp_path):
+    import pytest
+
+    from keyedstate.errors import StateBackendError
+
+    backend = RocksDBKeyedStateBackend(tmp_path / "db")
+    count = counting(backend)
+    backend.set_current_key("a")
+    count.update(7)  # kept back in the store's memo
+    store = backend.registered_state("count").store
+    family = store._cf
+
+    class DiskFull:  # the family as RocksDB behaves when a write fails
+        def put(self, key, value):
+            raise Exception("IO error: No space left on device")
+
+        def get(self, key):
+            return family.get(key)
+
+    store._cf = DiskFull()
+    backend.set_current_key("b")
+    with pytest.raises(StateBackendError, match="'count'"):
+        count.value()  # reading b writes a's entry back first
+    assert store.memo_data is None  # as the store's own write_pending(): the failed call is not continued
+    store._cf = family
+    backend.close()

@@ -76,6 +76,11 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
             for store in self._stores():
                 store.bind(self._database)
 
+    @property
+    def attached(self) -> bool:
+        """Whether a key group's database is bound (between an open or attach and a close or detach)."""
+        return self._attached
+
     def detach_key_group(self) -> RocksDatabase:
         """Unbind every state from the current database and hand it to the caller, still open (and locked)."""
         if not self._attached:

@@ -112,6 +112,9 @@ class RocksDBOptions:
         # Opening is on the Spark key-group path (one open per key group and micro-batch): skip the statistics
         # scan over every SST and the periodic stats dumps, and keep two info logs instead of one per open.
         options.set_skip_stats_update_on_db_open(True)
+        # RocksDB starts 16 threads per open to open the SST files; a key group's few files open faster (~2 ms
+        # less CPU of ~7 per open) in the opening thread
+        options.set_max_file_opening_threads(1)
         options.set_keep_log_file_num(2)
         options.set_stats_dump_period_sec(0)
         options.set_stats_persist_period_sec(0)

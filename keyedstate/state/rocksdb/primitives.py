@@ -51,11 +51,17 @@ class RocksDBValueState(ValueState):
         else:
             data = None
         if data is None:
-            if store.memo_data is not None:
-                store.write_pending()
+            family = store._cf
+            pending = store.memo_data
             try:
-                data = store._cf.get(stored_key)
+                if pending is not None:  # write_pending() inline: the previous key's entry, written back
+                    store.memo_data = None
+                    family.put(store.memo_key, pending)
+                data = family.get(stored_key)
             except Exception:
+                if pending is not None and store.memo_data is None:
+                    store.memo_data = pending  # not written: the store's write_pending() retries and names it
+                    store.write_pending()
                 return store.get(self._namespace)  # raises the store's error naming the state and the database
             if data is None:
                 store.memo_key, store.memo_value = stored_key, None
@@ -65,10 +71,12 @@ class RocksDBValueState(ValueState):
         except Exception:
             return store.get(self._namespace)
         accepts = store._accepts
-        if accepts is None or type(value) in store._exact_types or value is None or accepts(value):
+        kind = type(value)
+        if accepts is None or kind in store._exact_types or value is None or accepts(value):
             if store.memo_key is not stored_key:
                 store.memo_key = stored_key
-                store.memo_value = value if _is_immutable(value) else NOT_KEPT
+                store.memo_value = value if kind in _IMMUTABLE_SCALARS or (
+                    kind is tuple and _IMMUTABLE_SCALARS.issuperset(map(type, value))) else NOT_KEPT
             return value
         return store.get(self._namespace)  # raises StateTypeMismatchError
 
