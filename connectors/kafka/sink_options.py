@@ -86,6 +86,10 @@ class KafkaSinkOptions:
             "partitioner": "murmur2_random",
             "linger.ms": "5",
             "enable.idempotence": "true",
+            # Connect to every broker the first metadata names, not only when a request needs one: with sparse
+            # connections librdkafka (2.10+) drops the bootstrap connection before the coordinator's is up, and
+            # init_transactions then waits for its 500 ms coordinator query timer about every other task.
+            "enable.sparse.connections": "false",
         }
         if transactional_id is not None:
             conf["transactional.id"] = transactional_id

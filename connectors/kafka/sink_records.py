@@ -20,7 +20,8 @@ __all__ = ["validate_input_schema", "produce_batches"]
 
 _HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
 
-#: How many records between two ``poll(0)`` calls that serve delivery reports.
+#: How many records between two ``poll(0)`` calls that serve delivery reports (Spark hands the sink Arrow batches
+#: of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, 10,000 by default).
 POLL_EVERY = 10_000
 
 
@@ -72,7 +73,6 @@ def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic
     """Produce every row of ``batches``; return how many. ``check_topic(t)`` runs once per distinct topic before
     the first record for it (librdkafka would otherwise wait ``topic.metadata.propagation.max.ms`` to report an
     unknown topic). Delivery reports go to the producer's configured ``on_delivery`` (failures only)."""
-    produce, poll = producer.produce, producer.poll
     checked: set[str] = set()
     if default_topic is not None:
         check_topic(default_topic)
@@ -80,54 +80,60 @@ def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic
     count = 0
     for batch in batches:
         n = batch.num_rows
-        if n == 0:
-            continue
-        values = _binary(batch, "value")
-        keys = _binary(batch, "key") or [None] * n
-        topics = _column(batch, "topic")
-        partitions = _column(batch, "partition")
-        headers = _column(batch, "headers")
-        if topics is None and partitions is None and headers is None:
-            # The common case, kept free of per-record branches.
-            for key, value in zip(keys, values):
-                try:
-                    produce(default_topic, value, key)
-                except BufferError:
-                    _wait_for_space(producer, lambda: produce(default_topic, value, key))
-                count += 1
-                if count % POLL_EVERY == 0:
-                    poll(0)
-            continue
-        for i in range(n):
-            topic = (topics[i] if topics is not None else None) or default_topic
-            if topic is None:
-                raise KafkaConfigurationError(
-                    "a row has a null 'topic' and the sink has no option topic to fall back to; set option topic")
-            if topic not in checked:
-                check_topic(topic)
-                checked.add(topic)
-            kwargs: dict = {}
-            if partitions is not None and partitions[i] is not None:
-                kwargs["partition"] = partitions[i]
-            if headers is not None and headers[i]:
-                kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
-            value, key = values[i], keys[i]
-            try:
-                produce(topic, value, key, **kwargs)
-            except BufferError:
-                _wait_for_space(producer, lambda: produce(topic, value, key, **kwargs))
-            count += 1
-            if count % POLL_EVERY == 0:
-                poll(0)
+        # Slices of POLL_EVERY rows (zero-copy), each followed by one poll(0) that serves its delivery reports:
+        # no per-record counter in the loops below.
+        for start in range(0, n, POLL_EVERY):
+            part = batch if n <= POLL_EVERY else batch.slice(start, POLL_EVERY)
+            count += _produce_part(producer, part, default_topic, checked, check_topic)
+            producer.poll(0)
     return count
 
 
-def _wait_for_space(producer, produce_one: Callable[[], None]) -> None:
-    """librdkafka's local queue is full: serve delivery reports until the record fits."""
+def _produce_part(producer, batch: "pa.RecordBatch", default_topic: Optional[str], checked: set[str],
+                  check_topic: Callable[[str], None]) -> int:
+    produce = producer.produce
+    n = batch.num_rows
+    values = _binary(batch, "value")
+    keys = _binary(batch, "key") or [None] * n
+    topics = _column(batch, "topic")
+    partitions = _column(batch, "partition")
+    headers = _column(batch, "headers")
+    if topics is None and partitions is None and headers is None:
+        # The common case: positional arguments, no per-record branches (produce() itself is most of the cost).
+        for key, value in zip(keys, values):
+            try:
+                produce(default_topic, value, key)
+            except BufferError:
+                _wait_for_space(producer, (default_topic, value, key), {})
+        return n
+    for i in range(n):
+        topic = (topics[i] if topics is not None else None) or default_topic
+        if topic is None:
+            raise KafkaConfigurationError(
+                "a row has a null 'topic' and the sink has no option topic to fall back to; set option topic")
+        if topic not in checked:
+            check_topic(topic)
+            checked.add(topic)
+        kwargs: dict = {}
+        if partitions is not None and partitions[i] is not None:
+            kwargs["partition"] = partitions[i]
+        if headers is not None and headers[i]:
+            kwargs["headers"] = [(h["key"], h["value"]) for h in headers[i]]
+        value, key = values[i], keys[i]
+        try:
+            produce(topic, value, key, **kwargs)
+        except BufferError:
+            _wait_for_space(producer, (topic, value, key), kwargs)
+    return n
+
+
+def _wait_for_space(producer, args: tuple, kwargs: dict) -> None:
+    """librdkafka's local queue is full: serve delivery reports until the record fits. (Arguments rather than a
+    closure: a closure over the loop variables would make every access to them in the loops above slower.)"""
     while True:
         producer.poll(0.05)
         try:
-            produce_one()
+            producer.produce(*args, **kwargs)
             return
         except BufferError:
             continue

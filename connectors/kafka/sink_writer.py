@@ -17,6 +17,7 @@ At-least-once mode produces with an idempotent producer and waits until every re
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
@@ -28,6 +29,7 @@ from connectors.kafka import kafka_errors
 from connectors.kafka.errors import KafkaConnectorError, TransactionTimeoutError
 from connectors.kafka.retry import RetryBudget, call_with_retry
 from connectors.kafka.sink_options import KafkaSinkOptions
+from connectors.kafka.sink_producers import DeliveryErrors, borrow, close_client, give_back
 from connectors.kafka.sink_records import produce_batches
 
 if TYPE_CHECKING:
@@ -97,20 +99,6 @@ def _chain(first: "pa.RecordBatch", rest: Iterator["pa.RecordBatch"]) -> Iterato
     yield from rest
 
 
-class _Deliveries:
-    """Delivery-report callback: remembers the first failure (later ones are usually the same cause)."""
-
-    def __init__(self) -> None:
-        self.error = None
-        self.failed = 0
-
-    def __call__(self, err, msg) -> None:
-        if err is not None and not kafka_errors.is_purged(err):
-            self.failed += 1
-            if self.error is None:
-                self.error = (err, msg.topic())
-
-
 def _topic_checker(producer: Producer, opts: KafkaSinkOptions, budget: RetryBudget) -> Callable[[str], None]:
     timeout_s = opts.request_timeout_ms / 1000
 
@@ -127,7 +115,7 @@ def _topic_checker(producer: Producer, opts: KafkaSinkOptions, budget: RetryBudg
     return check
 
 
-def _raise_delivery_error(deliveries: _Deliveries, opts: KafkaSinkOptions, cause: Optional[BaseException]) -> None:
+def _raise_delivery_error(deliveries: DeliveryErrors, opts: KafkaSinkOptions, cause: Optional[BaseException]) -> None:
     if deliveries.error is not None:
         err, topic = deliveries.error
         raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=f"topic {topic!r}",
@@ -137,8 +125,9 @@ def _raise_delivery_error(deliveries: _Deliveries, opts: KafkaSinkOptions, cause
 def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator["pa.RecordBatch"]
                          ) -> KafkaSinkCommitMessage:
     budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
-    deliveries = _Deliveries()
-    producer = Producer(opts.producer_config(on_delivery_error=deliveries))
+    entry = borrow(opts)  # the worker's previous task's producer, if any (connectors/kafka/sink_producers.py)
+    producer, deliveries = entry.producer, entry.deliveries
+    clean = False
     try:
         count = produce_batches(producer, rows, opts.topic, _topic_checker(producer, opts, budget))
         # message.timeout.ms bounds every record's delivery, so this returns; the margin covers the last reports.
@@ -148,21 +137,14 @@ def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator[
             raise kafka_errors.translate(KafkaException(kafka_errors.no_progress_error().args[0]),
                                          brokers=opts.bootstrap_servers, topic=f"topic {opts.topic!r}",
                                          action=f"writing ({remaining} records unacknowledged)")
+        clean = True
     finally:
-        _close(producer)
+        if clean:
+            give_back(entry)
+        else:
+            close_client(producer)
     log.info("batch %d partition %d: %d records written (at least once)", task.batch_id, task.partition_id, count)
     return KafkaSinkCommitMessage(task.partition_id, task.batch_id, count)
-
-
-def _close(client) -> None:
-    """Close a librdkafka client; a producer first drops undelivered records (after a failure there is nobody to
-    deliver them to, and ``close`` would flush them). Closing a fenced producer raises its fatal error again."""
-    try:
-        if isinstance(client, Producer):
-            client.purge()
-        client.close()
-    except Exception as exc:  # noqa: BLE001 - the task's outcome is decided already
-        log.debug("closing a Kafka client failed: %s", exc)
 
 
 class _TransactionalWrite:
@@ -176,13 +158,17 @@ class _TransactionalWrite:
         self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
         self.timeout_s = opts.request_timeout_ms / 1000
         self.where = f"topic {opts.topic!r}" if opts.topic else "the sink's topics"
-        self.deliveries = _Deliveries()
+        self.deliveries = DeliveryErrors()
 
     def run(self, rows: Iterator["pa.RecordBatch"]) -> KafkaSinkCommitMessage:
         producer = Producer(self.opts.producer_config(self.transactional_id, on_delivery_error=self.deliveries))
         marker = Consumer(self.opts.marker_consumer_config(self.transactional_id))
+        warm_up = self._start_marker_warm_up(marker)
         try:
-            self._retry(lambda: producer.init_transactions(self.timeout_s), "writing (initialising transactions)")
+            try:
+                self._retry(lambda: producer.init_transactions(self.timeout_s), "writing (initialising transactions)")
+            finally:
+                warm_up.join()
             written_up_to = self._read_marker(marker)
             if written_up_to > self.task.batch_id:
                 for _ in rows:  # consume the input anyway: upstream stateful operators commit at its end
@@ -192,14 +178,32 @@ class _TransactionalWrite:
                 return KafkaSinkCommitMessage(self.task.partition_id, self.task.batch_id, 0, already_written=True)
             count = self._write_transaction(producer, marker, rows)
         finally:
-            _close(marker)
-            _close(producer)
+            close_client(marker)
+            close_client(producer)
         log.info("batch %d partition %d: %d records committed in transaction %s", self.task.batch_id,
                  self.task.partition_id, count, self.transactional_id)
         return KafkaSinkCommitMessage(self.task.partition_id, self.task.batch_id, count)
 
     def _retry(self, fn: Callable, action: str):
         return call_with_retry(fn, self.budget, topic=self.where, action=action)
+
+    def _start_marker_warm_up(self, marker: Consumer) -> threading.Thread:
+        """Connect the marker consumer to its group coordinator while ``init_transactions`` runs, and throw the
+        answer away. The read that counts must follow ``init_transactions``: an older attempt can commit its batch
+        until it is fenced, and only a read after the fence is sure to see that. Only the connection set-up (a few
+        round trips, as long as ``init_transactions`` itself) can run alongside."""
+        tp = TopicPartition(self.opts.progress_topic, 0)
+
+        def warm_up() -> None:
+            try:
+                marker.committed([tp], timeout=self.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - the real read below retries and reports
+                log.debug("warming up the progress-marker consumer of %s failed: %s", self.transactional_id, exc)
+
+        thread = threading.Thread(target=warm_up, name=f"keyedstate-kafka-sink-marker-{self.task.partition_id}",
+                                  daemon=True)
+        thread.start()
+        return thread
 
     def _read_marker(self, marker: Consumer) -> int:
         """The partition's progress marker: 1 + the last batch it committed (0 = none)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StringType, StructType
 
@@ -29,6 +31,20 @@ def test_at_least_once_needs_no_prefix_and_uses_the_retry_budget_as_delivery_tim
     assert not opts.exactly_once
     conf = opts.producer_config()
     assert "transactional.id" not in conf and conf["message.timeout.ms"] == "5000"
+
+
+def test_the_sinks_librdkafka_defaults_are_documented_and_every_one_yields_to_a_kafka_option():
+    defaults = parse_sink_options(BASE).producer_config("t")
+    assert (defaults["linger.ms"], defaults["enable.idempotence"], defaults["enable.sparse.connections"]) == (
+        "5", "true", "false")
+    opts = parse_sink_options({**BASE, "kafka.linger.ms": "50", "kafka.enable.sparse.connections": "true",
+                               "kafka.partitioner": "consistent_random"})
+    conf = opts.producer_config("t")
+    assert (conf["linger.ms"], conf["enable.sparse.connections"], conf["partitioner"]) == (
+        "50", "true", "consistent_random")
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "kafka.md").read_text()
+    for name in ("linger.ms", "enable.idempotence", "enable.sparse.connections", "partitioner"):
+        assert f"`{name}`" in docs, f"docs/kafka.md does not list the sink's default for {name}"
 
 
 def test_a_delivery_timeout_given_under_its_alias_is_not_replaced_by_the_retry_budget():

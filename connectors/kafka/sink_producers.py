@@ -1,0 +1,132 @@
+"""At-least-once producers kept in a Python worker from one write task to the next.
+
+Creating a librdkafka producer, connecting it, fetching metadata and acquiring its idempotent producer id costs
+tens of milliseconds per write task, as much as producing tens of thousands of records. Spark's built-in Kafka
+sink keeps its producers in the executor for the same reason (``spark.kafka.producer.cache.timeout``). Spark reuses
+its Python workers (``spark.python.worker.reuse``, on by default), so an at-least-once task borrows the producer the
+worker's previous task left behind when the options are the same.
+
+A producer goes back to the pool only after a task that flushed every record without a delivery failure, so the
+next task starts with an empty queue and a clean delivery record; after any failure it is purged and closed.
+Exactly-once producers are never pooled: their ``transactional.id`` belongs to one write partition, and the next
+task in this worker may write another partition (see docs/kafka.md, Sink limits).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Optional
+
+from confluent_kafka import Producer
+
+from connectors.kafka import kafka_errors
+from connectors.kafka.sink_options import KafkaSinkOptions
+
+__all__ = ["DeliveryErrors", "PooledProducer", "borrow", "give_back", "close_client", "pooled_count", "close_all",
+           "IDLE_TIMEOUT_S", "MAX_POOLED"]
+
+log = logging.getLogger("keyedstate.connectors.kafka.sink")
+
+#: A pooled producer unused this long is closed (Spark's ``spark.kafka.producer.cache.timeout`` default).
+IDLE_TIMEOUT_S = 600.0
+#: At most this many idle producers per worker (one per distinct set of options).
+MAX_POOLED = 4
+
+
+class DeliveryErrors:
+    """Delivery-report callback: remembers the first failure (later ones are usually the same cause)."""
+
+    def __init__(self) -> None:
+        self.error = None
+        self.failed = 0
+
+    def __call__(self, err, msg) -> None:
+        if err is not None and not kafka_errors.is_purged(err):
+            self.failed += 1
+            if self.error is None:
+                self.error = (err, msg.topic())
+
+
+@dataclass
+class PooledProducer:
+    """An at-least-once producer and the callback that records its delivery failures."""
+
+    producer: Producer
+    deliveries: DeliveryErrors
+    key: tuple
+    idle_since: float = field(default_factory=time.monotonic)
+
+
+_pool: "OrderedDict[tuple, PooledProducer]" = OrderedDict()
+_lock = threading.Lock()
+
+
+def _key(opts: KafkaSinkOptions) -> tuple:
+    # Everything producer_config reads for a producer without a transactional id.
+    return (opts.bootstrap_servers, opts.broker_retry_timeout_ms, tuple(sorted(opts.kafka.items())))
+
+
+def borrow(opts: KafkaSinkOptions) -> PooledProducer:
+    """The worker's idle producer for ``opts``, or a new one; the caller owns it until :func:`give_back`."""
+    key = _key(opts)
+    with _lock:
+        entry = _pool.pop(key, None)
+        expired = _expire_locked(time.monotonic())
+    for old in expired:
+        close_client(old.producer)
+    if entry is None:
+        deliveries = DeliveryErrors()
+        entry = PooledProducer(Producer(opts.producer_config(on_delivery_error=deliveries)), deliveries, key)
+    return entry
+
+
+def give_back(entry: PooledProducer) -> None:
+    """Return a producer whose task flushed every record and saw no delivery failure."""
+    entry.idle_since = time.monotonic()
+    with _lock:
+        replaced = _pool.pop(entry.key, None)
+        _pool[entry.key] = entry
+        evicted = [_pool.popitem(last=False)[1] for _ in range(len(_pool) - MAX_POOLED)]
+    for old in ([replaced] if replaced is not None else []) + evicted:
+        close_client(old.producer)
+
+
+def _expire_locked(now: float) -> list[PooledProducer]:
+    stale = [k for k, e in _pool.items() if now - e.idle_since > IDLE_TIMEOUT_S]
+    return [_pool.pop(k) for k in stale]
+
+
+def close_client(client) -> None:
+    """Close a librdkafka client; a producer first drops undelivered records (after a failure there is nobody to
+    deliver them to, and ``close`` would flush them). Closing a fenced producer raises its fatal error again."""
+    try:
+        if isinstance(client, Producer):
+            client.purge()
+        client.close()
+    except Exception as exc:  # noqa: BLE001 - the task's outcome is decided already
+        log.debug("closing a Kafka client failed: %s", exc)
+
+
+def pooled_count() -> int:
+    """How many idle producers this process keeps (for tests)."""
+    with _lock:
+        return len(_pool)
+
+
+def close_all(reason: Optional[str] = None) -> None:
+    """Close every idle producer (at interpreter exit, and for tests)."""
+    with _lock:
+        entries = list(_pool.values())
+        _pool.clear()
+    for entry in entries:
+        close_client(entry.producer)
+    if entries and reason:
+        log.debug("closed %d pooled Kafka producers: %s", len(entries), reason)
+
+
+atexit.register(close_all, "interpreter exit")
