@@ -19,7 +19,7 @@ from timers import InternalTimerService
 backend = HeapKeyedStateBackend(validate_writes=False)
 state = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
 calls = CoalescingTimerService(InternalTimerService(backend, None))
-from keyedstate.spark.rows import rows_builder
+from keyedstate.spark.group_elements import rows_builder
 compiled_rows = "rows_from_columns" in repr(rows_builder(["a"]))
 print(fastpath is not None, type(state).__name__, "register_event_time_timer" in vars(calls), "flush" in vars(calls),
       compiled_rows)

@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Optional
 from confluent_kafka import OFFSET_INVALID, Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from connectors.kafka import kafka_errors
+from connectors.kafka import error_codes
 from connectors.kafka.errors import KafkaRequestError, UnknownTopicError
 from connectors.kafka.options import KafkaOptions
 from connectors.kafka.retry import RetryBudget, call_with_retry
@@ -54,7 +54,7 @@ class KafkaClient:
         topics = self._topics_metadata()
         existing: dict[str, list[int]] = {}
         for name, tmd in topics.items():
-            if tmd.error is not None and kafka_errors.is_unknown_topic(tmd.error):
+            if tmd.error is not None and error_codes.is_unknown_topic(tmd.error):
                 continue
             existing[name] = sorted(tmd.partitions)
         o = self.opts
@@ -166,7 +166,7 @@ class KafkaClient:
             offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(send.items())], asynchronous=False)
         for tp in result or []:
             if tp.error is not None:
-                raise kafka_errors.translate(tp.error, brokers=self.brokers, topic=f"{tp.topic}[{tp.partition}]",
+                raise error_codes.translate(tp.error, brokers=self.brokers, topic=f"{tp.topic}[{tp.partition}]",
                                              action=f"committing offsets of group {group_id!r}")
         return send
 

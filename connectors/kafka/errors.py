@@ -1,7 +1,7 @@
 """Exceptions raised by the Kafka connector. All derive from :class:`keyedstate.errors.KeyedStateError`.
 
 Messages name the brokers, the topic and the option to change. confluent-kafka errors are translated into these in
-exactly one place: :mod:`connectors.kafka.kafka_errors`.
+exactly one place: :mod:`connectors.kafka.error_codes`.
 """
 
 from __future__ import annotations

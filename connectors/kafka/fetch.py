@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
-from connectors.kafka import kafka_errors
+from connectors.kafka import error_codes
 from connectors.kafka.errors import KafkaDataLossError
 from connectors.kafka.options import KafkaOptions
 from connectors.kafka.partition import KafkaInputPartition
@@ -157,7 +157,7 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
         for m in msgs:
             err = m.error()
             if err is not None:
-                if kafka_errors.is_partition_eof(err):
+                if error_codes.is_partition_eof(err):
                     eof = m.offset()
                     if eof >= end:
                         position = end
@@ -169,14 +169,14 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                         f"{where}: the log ends at offset {eof} but the batch needs records up to {end - 1} "
                         f"(brokers {opts.bootstrap_servers})")
                     continue
-                if kafka_errors.is_out_of_range(err):
+                if error_codes.is_out_of_range(err):
                     position = _out_of_range(opts, consumer, topic, partition, position, end, where, err)
                     progressed = True
                     continue
-                if kafka_errors.is_retriable_fetch_error(err):
+                if error_codes.is_retriable_fetch_error(err):
                     last_error = KafkaException(err)
                     continue
-                raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=where,
+                raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=where,
                                              action="fetching records")
             off = m.offset()
             if off >= end:
@@ -213,8 +213,8 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                         f"failOnDataLoss=false to skip them")
                 log.warning("%s; failOnDataLoss=false, skipping to the end of the batch", last_error)
                 break
-            raise kafka_errors.translate(
-                last_error or kafka_errors.no_progress_error(), brokers=opts.bootstrap_servers, topic=where,
+            raise error_codes.translate(
+                last_error or error_codes.no_progress_error(), brokers=opts.bootstrap_servers, topic=where,
                 action="fetching records", elapsed_s=now - stalled_since, budget_ms=opts.broker_retry_timeout_ms)
     if offs:
         yield _to_batch(topic, partition, keys, values, offs, ts, tts, hdrs)
@@ -224,7 +224,7 @@ def _out_of_range(opts: KafkaOptions, consumer: Consumer, topic: str, partition:
                   where: str, err) -> int:
     """The fetch position is outside the log: fail (failOnDataLoss) or skip to the earliest offset still there."""
     if opts.fail_on_data_loss:
-        raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=where,
+        raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=where,
                                      action=f"fetching from offset {position}")
     low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                                 timeout=opts.request_timeout_ms / 1000, cached=False)

@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Callable, TypeVar
 
-from connectors.kafka import kafka_errors
+from connectors.kafka import error_codes
 
 __all__ = ["RetryBudget", "call_with_retry"]
 
@@ -49,7 +49,7 @@ class RetryBudget:
                         self.brokers, action, topic, exc, self.budget_ms)
         elapsed = now - self._failing_since
         if elapsed * 1000 >= self.budget_ms:
-            raise kafka_errors.translate(exc, brokers=self.brokers, topic=topic, action=action, elapsed_s=elapsed,
+            raise error_codes.translate(exc, brokers=self.brokers, topic=topic, action=action, elapsed_s=elapsed,
                                          budget_ms=self.budget_ms) from (exc if isinstance(exc, BaseException) else None)
         self._sleep(min(self.backoff_ms / 1000, max(0.0, self.budget_ms / 1000 - elapsed)))
 
@@ -64,11 +64,11 @@ def call_with_retry(fn: Callable[[], T], budget: RetryBudget, *, topic: str, act
         try:
             result = fn()
         except Exception as exc:  # noqa: BLE001 - classified below
-            if kafka_errors.is_transient(exc):
+            if error_codes.is_transient(exc):
                 budget.failed(exc, topic=topic, action=action)
                 continue
-            if kafka_errors.kafka_error_of(exc) is not None:
-                raise kafka_errors.translate(exc, brokers=budget.brokers, topic=topic, action=action) from exc
+            if error_codes.kafka_error_of(exc) is not None:
+                raise error_codes.translate(exc, brokers=budget.brokers, topic=topic, action=action) from exc
             raise
         budget.succeeded()
         return result

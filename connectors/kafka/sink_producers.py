@@ -24,7 +24,7 @@ from typing import Optional
 
 from confluent_kafka import Producer
 
-from connectors.kafka import kafka_errors
+from connectors.kafka import error_codes
 from connectors.kafka.sink_options import KafkaSinkOptions
 
 __all__ = ["DeliveryErrors", "PooledProducer", "borrow", "give_back", "close_client", "pooled_count", "close_all",
@@ -46,7 +46,7 @@ class DeliveryErrors:
         self.failed = 0
 
     def __call__(self, err, msg) -> None:
-        if err is not None and not kafka_errors.is_purged(err):
+        if err is not None and not error_codes.is_purged(err):
             self.failed += 1
             if self.error is None:
                 self.error = (err, msg.topic())

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Optional
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
 
-from connectors.kafka import kafka_errors
+from connectors.kafka import error_codes
 from connectors.kafka.errors import KafkaConnectorError, TransactionTimeoutError
 from connectors.kafka.retry import RetryBudget, call_with_retry
 from connectors.kafka.sink_options import KafkaSinkOptions
@@ -118,7 +118,7 @@ def _topic_checker(producer: Producer, opts: KafkaSinkOptions, budget: RetryBudg
 def _raise_delivery_error(deliveries: DeliveryErrors, opts: KafkaSinkOptions, cause: Optional[BaseException]) -> None:
     if deliveries.error is not None:
         err, topic = deliveries.error
-        raise kafka_errors.translate(err, brokers=opts.bootstrap_servers, topic=f"topic {topic!r}",
+        raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=f"topic {topic!r}",
                                      action=f"writing ({deliveries.failed} records failed)") from cause
 
 
@@ -134,7 +134,7 @@ def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator[
         remaining = producer.flush(opts.broker_retry_timeout_ms / 1000 + 30)
         _raise_delivery_error(deliveries, opts, None)
         if remaining:
-            raise kafka_errors.translate(KafkaException(kafka_errors.no_progress_error().args[0]),
+            raise error_codes.translate(KafkaException(error_codes.no_progress_error().args[0]),
                                          brokers=opts.bootstrap_servers, topic=f"topic {opts.topic!r}",
                                          action=f"writing ({remaining} records unacknowledged)")
         clean = True
@@ -232,17 +232,17 @@ class _TransactionalWrite:
         except Exception as failure:  # noqa: BLE001 - aborted, then re-raised as our error
             abort_failure = self._abort(producer, failure)
             # librdkafka's generic fatal error names its cause only on the next call: here, the abort
-            exc = abort_failure if kafka_errors.is_generic_fatal(failure) and abort_failure is not None else failure
-            if kafka_errors.is_fenced(exc) and time.monotonic() - started > self.opts.transaction_timeout_ms / 1000:
+            exc = abort_failure if error_codes.is_generic_fatal(failure) and abort_failure is not None else failure
+            if error_codes.is_fenced(exc) and time.monotonic() - started > self.opts.transaction_timeout_ms / 1000:
                 raise TransactionTimeoutError(
                     f"the transaction of {self.transactional_id} ran {time.monotonic() - started:.1f} s, longer than "
                     f"kafka.transaction.timeout.ms={self.opts.transaction_timeout_ms}, and the broker aborted it; "
                     f"raise that option (up to the brokers' transaction.max.timeout.ms) or write smaller batches "
                     f"(e.g. maxOffsetsPerTrigger on the source)") from exc
             _raise_delivery_error(self.deliveries, self.opts, exc)
-            if isinstance(exc, KafkaConnectorError) or kafka_errors.kafka_error_of(exc) is None:
+            if isinstance(exc, KafkaConnectorError) or error_codes.kafka_error_of(exc) is None:
                 raise
-            raise kafka_errors.translate(exc, brokers=self.opts.bootstrap_servers, topic=self.where,
+            raise error_codes.translate(exc, brokers=self.opts.bootstrap_servers, topic=self.where,
                                          action="writing (in a transaction)") from exc
         return count
 
@@ -252,7 +252,7 @@ class _TransactionalWrite:
             try:
                 fn()
             except KafkaException as exc:
-                if not kafka_errors.is_retriable_txn_error(exc):
+                if not error_codes.is_retriable_txn_error(exc):
                     raise
                 self.budget.failed(exc, topic=self.where, action=action)
                 continue
@@ -263,7 +263,7 @@ class _TransactionalWrite:
         """Abort the open transaction if librdkafka still allows it (a fenced or fatal producer's transaction is
         aborted by the next attempt's ``init_transactions``, or by ``transaction.timeout.ms``); returns the abort's
         own failure, if any."""
-        err = kafka_errors.kafka_error_of(cause)
+        err = error_codes.kafka_error_of(cause)
         if err is not None and err.fatal():
             return None
         try:

@@ -41,7 +41,7 @@ from keyedstate.spark.group_function import EVENT_TIME
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.spark.key_group_layout import BALANCED
 from keyedstate.state.key_groups.store import HEAP
-from keyedstate.spark.rows import column_values, rows_builder
+from keyedstate.spark.group_elements import column_values, rows_builder
 from keyedstate.spark.watermarks import (
     LATE_EVENTS_ANCHOR_COLUMN,
     check_watermark,

@@ -28,7 +28,7 @@ from keyedstate.spark.compat import current_batch_id, task_attempt_number, task_
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.shipping import ShippedFunction
-from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, rows_builder
+from keyedstate.spark.group_elements import column_values, first_null, group_order, key_codes, rows_builder
 from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.base.layout import key_group_prefix

@@ -6,7 +6,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka import BrokersUnavailableError, KafkaRequestError, OffsetOutOfRangeError, UnknownTopicError
-from connectors.kafka import kafka_errors
+from connectors.kafka import error_codes
 from connectors.kafka.retry import RetryBudget, call_with_retry
 
 
@@ -85,13 +85,13 @@ def test_non_transient_errors_are_translated_at_once():
 
 
 def test_classification():
-    assert kafka_errors.is_transient(KafkaError(KafkaError.NOT_COORDINATOR))
-    assert kafka_errors.is_transient(KafkaError(KafkaError._TRANSPORT))
-    assert not kafka_errors.is_transient(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
-    assert kafka_errors.is_retriable_fetch_error(KafkaError(KafkaError._MAX_POLL_EXCEEDED))
-    assert not kafka_errors.is_retriable_fetch_error(KafkaError(KafkaError._UNKNOWN_PARTITION))
-    assert kafka_errors.is_out_of_range(KafkaError(KafkaError._AUTO_OFFSET_RESET))
-    assert kafka_errors.kafka_error_of(ValueError("x")) is None
+    assert error_codes.is_transient(KafkaError(KafkaError.NOT_COORDINATOR))
+    assert error_codes.is_transient(KafkaError(KafkaError._TRANSPORT))
+    assert not error_codes.is_transient(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    assert error_codes.is_retriable_fetch_error(KafkaError(KafkaError._MAX_POLL_EXCEEDED))
+    assert not error_codes.is_retriable_fetch_error(KafkaError(KafkaError._UNKNOWN_PARTITION))
+    assert error_codes.is_out_of_range(KafkaError(KafkaError._AUTO_OFFSET_RESET))
+    assert error_codes.kafka_error_of(ValueError("x")) is None
     with pytest.raises(ValueError):
         call_with_retry(lambda: (_ for _ in ()).throw(ValueError("not kafka")), budget(1000, Clock()),
                         topic="t", action="x")

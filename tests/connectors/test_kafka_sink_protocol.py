@@ -202,10 +202,10 @@ def test_a_generic_fatal_error_is_explained_by_the_call_after_it():
     and that is the cause the sink reports (ProducerFencedError, not a generic request failure)."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from connectors.kafka import kafka_errors
+    from connectors.kafka import error_codes
 
     generic = KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error"))
     fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced by newer producer instance", fatal=True))
-    assert kafka_errors.is_generic_fatal(generic) and not kafka_errors.is_fenced(generic)
-    assert not kafka_errors.is_generic_fatal(fenced) and kafka_errors.is_fenced(fenced)
-    assert type(kafka_errors.translate(fenced, brokers="b", topic="t", action="writing")).__name__ == "ProducerFencedError"
+    assert error_codes.is_generic_fatal(generic) and not error_codes.is_fenced(generic)
+    assert not error_codes.is_generic_fatal(fenced) and error_codes.is_fenced(fenced)
+    assert type(error_codes.translate(fenced, brokers="b", topic="t", action="writing")).__name__ == "ProducerFencedError"

@@ -22,7 +22,7 @@ from keyedstate.spark.group_function import (
 )
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.outputs import OutputLayout
-from keyedstate.spark.rows import column_values, first_null, group_order, key_codes, row_factory
+from keyedstate.spark.group_elements import column_values, first_null, group_order, key_codes, row_factory
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
@@ -159,13 +159,13 @@ def test_row_factory_keeps_row_lookups_for_tuple_method_names():
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
 def test_rows_builder_makes_the_rows_row_factory_makes_from_columns(monkeypatch, compiled):
-    import keyedstate.spark.rows as rows_module
+    import keyedstate.spark.group_elements as group_elements
 
     if not compiled:
-        monkeypatch.setattr(rows_module, "fastpath", None)
-    elif rows_module.fastpath is None:
+        monkeypatch.setattr(group_elements, "fastpath", None)
+    elif group_elements.fastpath is None:
         pytest.fail("keyedstate._fastpath is not built")
-    build = rows_module.rows_builder(["user", "count", "ts"])
+    build = group_elements.rows_builder(["user", "count", "ts"])
     when = dt.datetime(2024, 1, 1)
     rows = build([["a", "b"], [1, None], [when, when]])
     assert rows == [Row(user="a", count=1, ts=when), Row(user="b", count=None, ts=when)]
