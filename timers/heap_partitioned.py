@@ -39,12 +39,12 @@ _PARTITION_SHARE = 16
 class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
     """The timers of one time domain over all owned key groups, in heaps, with bulk firing (see the module)."""
 
-    __slots__ = ("_batch", "_walk", "_limit", "_holding", "_cancelled")
+    __slots__ = ("batch", "_walk", "_limit", "_holding", "_cancelled")
 
     def __init__(self) -> None:
         super().__init__(lambda key_group: HeapTimerQueue())
-        self._batch: Optional[list[InternalTimer]] = None  # the sorted timers being fired
-        self._walk: Optional[Iterator[InternalTimer]] = None  # the iterator over ``_batch``
+        self.batch: Optional[list[InternalTimer]] = None  # the sorted timers being fired
+        self._walk: Optional[Iterator[InternalTimer]] = None  # the iterator over ``batch``
         self._limit = 0
         self._holding = False  # the walk's last timer is held back while earlier callback timers fire
         self._cancelled: set[InternalTimer] = set()
@@ -52,23 +52,23 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
     # ---- the batch being fired -----------------------------------------------------------------------------------
 
     def _unfired_start(self) -> int:
-        batch = self._batch
+        batch = self.batch
         start = len(batch) - self._walk.__length_hint__()  # type: ignore[arg-type, union-attr]
         return start - 1 if self._holding else start
 
     def _taken(self, timer: InternalTimer) -> bool:
         """Whether ``timer`` is in the unfired part of the batch and not cancelled (only while firing)."""
-        batch = self._batch
+        batch = self.batch
         if batch is None or timer[0] > self._limit:
             return False
         index = bisect_left(batch, timer, self._unfired_start())
         return index < len(batch) and batch[index] == timer and timer not in self._cancelled
 
     def _unfired(self) -> list[InternalTimer]:
-        if self._batch is None:
+        if self.batch is None:
             return []
         cancelled = self._cancelled
-        return [timer for timer in self._batch[self._unfired_start():] if timer not in cancelled]
+        return [timer for timer in self.batch[self._unfired_start():] if timer not in cancelled]
 
     # ---- single timers -------------------------------------------------------------------------------------------
 
@@ -81,7 +81,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         live.add(timer)  # one hash instead of a membership test and an add
         if len(live) == size:
             return
-        if self._batch is not None and timer[0] <= self._limit and self._add_to_batch(timer):
+        if self.batch is not None and timer[0] <= self._limit and self._add_to_batch(timer):
             live.remove(timer)
             return
         heap = queue.heap
@@ -103,7 +103,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         return self._taken(timer)
 
     def remove(self, timer: InternalTimer) -> bool:
-        if self._batch is not None and timer[0] <= self._limit and self._taken(timer):
+        if self.batch is not None and timer[0] <= self._limit and self._taken(timer):
             self._cancelled.add(timer)
             return True
         # the base class's remove with HeapTimerQueue.remove inlined: a delete per element is common
@@ -136,7 +136,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         # A key that registers and deletes timers within one run of its elements leaves deletions of timers that
         # were never queued, and registrations of timers already queued: outside a firing, one set lookup each
         # settles those without an add/remove call.
-        if self._batch is not None:
+        if self.batch is not None:
             super().apply_changes(changes, prefix, namespace, key_group)
             return
         queue = self.queues.get(key_group)
@@ -171,13 +171,13 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         while heads and heads[0][0] <= limit:
             batch = self._take_due(limit)
             walk = iter(batch)
-            self._batch, self._walk, self._limit = batch, walk, limit
+            self.batch, self._walk, self._limit = batch, walk, limit
             try:
                 for timer in walk:
                     if heads and heads[0] < timer:  # registered by a callback, due before this one
                         self._holding = True
                         yield from self._due_before(limit, timer)
-                        if self._batch is not batch:  # a nested call released the batch, this timer included
+                        if self.batch is not batch:  # a nested call released the batch, this timer included
                             break
                         self._holding = False
                     if cancelled and timer in cancelled:  # deleted by a callback before its turn
@@ -185,17 +185,17 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
                         continue
                     yield timer
             finally:
-                if self._batch is batch:
+                if self.batch is batch:
                     self._release_batch()
 
     def _release_batch(self) -> None:
         """Put the unfired timers of the batch being fired (if any) back into their key groups and end its walk."""
-        batch = self._batch
+        batch = self.batch
         if batch is None:
             return
         unfired = self._unfired()
         self._walk.__setstate__(len(batch))  # type: ignore[union-attr]  # the taking call's loop ends at its next step
-        self._batch = self._walk = None
+        self.batch = self._walk = None
         self._holding = False
         self._cancelled.clear()
         for timer in unfired:
