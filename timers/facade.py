@@ -120,8 +120,7 @@ class CoalescingTimerService(TimerService):
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._processing_time[timestamp] = True
         else:
@@ -129,8 +128,7 @@ class CoalescingTimerService(TimerService):
 
     def register_event_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._event_time[timestamp] = True
         else:
@@ -138,8 +136,7 @@ class CoalescingTimerService(TimerService):
 
     def delete_processing_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._processing_time[timestamp] = False
         else:
@@ -147,8 +144,7 @@ class CoalescingTimerService(TimerService):
 
     def delete_event_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._event_time[timestamp] = False
         else:

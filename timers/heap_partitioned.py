@@ -11,9 +11,9 @@
 
 Taken timers stay registered until they fire. The unfired part of the batch is the slice after the walk's position
 (read from the list iterator, so walking costs nothing per timer); membership is a binary search in it, and deleting
-a taken timer puts it in ``_cancelled``. ``add``, ``remove``, ``count`` and the iterators consult both, which they do
-only for timers at or before the firing limit, so a callback can delete a due timer before it fires or register it
-again. A timer registered by a callback that sorts before the next taken one fires first, exactly as in the
+a taken timer puts it in ``_cancelled``. ``add`` and ``remove`` consult both, only for timers at or before the
+firing limit, and the base class's views (``peek``, ``count``, the iterators, ...) add :meth:`_unfired`, so a
+callback can delete a due timer before it fires or register it again. A timer registered by a callback that sorts before the next taken one fires first, exactly as in the
 one-by-one order. If firing stops early (a callback raised), the unfired timers go back into their key groups; so
 they do when a callback advances time again (a nested call), which then fires them in order itself.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 from timers.partitioned import _HEADS_SLACK, KeyGroupPartitionedTimerQueue
 from timers.queue import _COMPACT_SLACK, HeapTimerQueue, sort_timers
@@ -37,7 +37,11 @@ _PARTITION_SHARE = 16
 
 
 class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
-    """The timers of one time domain over all owned key groups, in heaps, with bulk firing (see the module)."""
+    """The timers of one time domain over all owned key groups, in heaps, with bulk firing (see the module).
+
+    It replaces only what runs per timer (``add``, ``remove``, ``remove_many``) and firing (``pop_due``, ``due``);
+    everything else is the base class, which sees the batch being fired through :meth:`_unfired`.
+    """
 
     __slots__ = ("batch", "_walk", "_limit", "_holding", "_cancelled")
 
@@ -132,27 +136,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         for timer in timers:  # each may be in a firing batch (see remove)
             self.remove(timer)
 
-    def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
-        # A key that registers and deletes timers within one run of its elements leaves deletions of timers that
-        # were never queued, and registrations of timers already queued: outside a firing, one set lookup each
-        # settles those without an add/remove call.
-        if self.batch is not None:
-            super().apply_changes(changes, prefix, namespace, key_group)
-            return
-        queue = self.queues.get(key_group)
-        if queue is None:
-            if True not in changes.values():  # only deletions, and this key group has no timers
-                return
-            queue = self.queue(key_group)
-        live = queue.live
-        for timestamp, registered in changes.items():
-            timer = (timestamp, prefix, namespace, key_group)
-            if registered:
-                if timer not in live:
-                    self.add(timer)
-            elif timer in live:
-                self.remove(timer)
-
     # ---- firing --------------------------------------------------------------------------------------------------
 
     def pop_due(self, limit: int) -> Optional[InternalTimer]:
@@ -241,44 +224,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
                 heappush(heads, queue.heap[0])
         sort_timers(taken)
         return taken
-
-    # ---- views that include taken, unfired timers ----------------------------------------------------------------
-
-    def peek(self) -> Optional[InternalTimer]:
-        head = super().peek()
-        unfired = self._unfired()
-        if unfired:
-            return unfired[0] if head is None or unfired[0] < head else head
-        return head
-
-    def earliest(self, key_group: int) -> Optional[InternalTimer]:
-        head = super().earliest(key_group)
-        taken = [timer for timer in self._unfired() if timer[3] == key_group]
-        if taken:
-            return taken[0] if head is None or taken[0] < head else head
-        return head
-
-    def timers_of(self, key_group: int) -> Iterator[InternalTimer]:
-        taken = [timer for timer in self._unfired() if timer[3] == key_group]
-        if not taken:
-            return super().timers_of(key_group)
-        return iter(sorted([*super().timers_of(key_group), *taken]))
-
-    def replace_key_group(self, key_group: int, timers: Iterable[InternalTimer]) -> None:
-        self._cancelled.update(timer for timer in self._unfired() if timer[3] == key_group)
-        super().replace_key_group(key_group, timers)
-
-    def key_groups(self) -> list[int]:
-        return sorted(set(super().key_groups()) | {timer[3] for timer in self._unfired()})
-
-    def count(self, key_group: Optional[int] = None) -> int:
-        unfired = self._unfired()
-        taken = len(unfired) if key_group is None else sum(1 for timer in unfired if timer[3] == key_group)
-        return super().count(key_group) + taken
-
-    def __iter__(self) -> Iterator[InternalTimer]:
-        for key_group in sorted(set(self.queues) | {timer[3] for timer in self._unfired()}):
-            yield from self.timers_of(key_group)
 
 
 def _take_due_of_queue(queue: HeapTimerQueue, limit: int, taken: list[InternalTimer]) -> None:

@@ -123,8 +123,7 @@ class InternalTimerService:
 
     def _timer(self, namespace: bytes, timestamp: Any) -> tuple:
         """The current key's timer at ``timestamp`` as the queues hold it: a plain tuple (see :class:`InternalTimer`)."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         prefix = self.backend.current_key_prefix  # raises NoKeyContextError without a current key
         if type(namespace) is not bytes:
             raise ConfigurationError(
@@ -135,9 +134,8 @@ class InternalTimerService:
 
     def register_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_event_time`` for the current key once the watermark reaches ``timestamp`` (epoch ms)."""
-        # the body of _timer, inlined: this runs once per registration
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        # the body of _timer without its calls: this runs once per registration
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         backend = self.backend
         prefix = backend.key_prefix  # the key context's field (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
@@ -150,9 +148,8 @@ class InternalTimerService:
 
     def register_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_processing_time`` for the current key once processing time reaches ``timestamp`` (epoch ms)."""
-        # the body of _timer, inlined: this runs once per registration
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        # the body of _timer without its calls: this runs once per registration
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         backend = self.backend
         prefix = backend.key_prefix  # the key context's field (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
