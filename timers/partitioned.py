@@ -91,12 +91,28 @@ class KeyGroupPartitionedTimerQueue:
     def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
         """Register (True) or delete (False) the timer ``(timestamp, prefix, namespace, key_group)`` for every
         ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``CoalescingTimerService``).
-        The order does not matter (every timestamp occurs once), so the deletions go to the queue together.
 
-        The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath.c``) does the same for the heap
-        queues while they are not firing (see ``keyedstate.compiled``)."""
-        if key_group not in self.queues and True not in changes.values():
-            return  # only deletions, and the key group has no timers
+        The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath.c``) is the heap branch below in C.
+        """
+        queue = self.queues.get(key_group)
+        if queue is None:
+            if True not in changes.values():
+                return  # only deletions, and the key group has no timers
+            queue = self.queue(key_group)
+        live = getattr(queue, "live", None)
+        if live is not None and not self._unfired():
+            # A heap queue, not firing: a key that registers and deletes timers within one run leaves deletions of
+            # timers that were never queued and registrations of timers already queued; one set lookup settles each.
+            for timestamp, registered in changes.items():
+                timer = (timestamp, prefix, namespace, key_group)
+                if registered:
+                    if timer not in live:
+                        self.add(timer)
+                elif timer in live:
+                    self.remove(timer)
+            return
+        # Otherwise every timestamp occurs once, so the order does not matter and the deletions go to the queue
+        # together (a column queue looks the uncached ones up in one read).
         add = self.add
         deletions = []
         for timestamp, registered in changes.items():
