@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pyspark.sql import Row
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from keyedstate import (
     KeyedProcessFunction,

@@ -107,8 +107,8 @@ class CoalescingTimerService(TimerService):
                 ("delete_processing_time_timer", self._processing_time, False),
             ):
                 fallback = getattr(CoalescingTimerService, name).__get__(self)
-                call = fastpath.TimerCall(owner=self, collecting_field=COLLECTING_FIELD, changes=changes, mark=registered, fallback=fallback,
-                                          max_timestamp=MAX_TIMESTAMP)
+                call = fastpath.TimerCall(owner=self, collecting_field=COLLECTING_FIELD, changes=changes,
+                                          mark=registered, fallback=fallback, max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
             # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
             self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]

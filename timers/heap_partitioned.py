@@ -13,9 +13,10 @@ Taken timers stay registered until they fire. The unfired part of the batch is t
 (read from the list iterator, so walking costs nothing per timer); membership is a binary search in it, and deleting
 a taken timer puts it in ``_cancelled``. ``add`` and ``remove`` consult both, only for timers at or before the
 firing limit, and the base class's views (``peek``, ``count``, the iterators, ...) add :meth:`_unfired`, so a
-callback can delete a due timer before it fires or register it again. A timer registered by a callback that sorts before the next taken one fires first, exactly as in the
-one-by-one order. If firing stops early (a callback raised), the unfired timers go back into their key groups; so
-they do when a callback advances time again (a nested call), which then fires them in order itself.
+callback can delete a due timer before it fires or register it again. A timer registered by a callback that sorts
+before the next taken one fires first, exactly as in the one-by-one order. If firing stops early (a callback raised),
+the unfired timers go back into their key groups; so they do when a callback advances time again (a nested call),
+which then fires them in order itself.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_key_group_blob, encode_key_group_blob
 from timers.column_queue import DEFAULT_CACHE_CAPACITY
 from timers.storage import DomainTimers, TimerStorage, resolve_storage
-from timers.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
+from timers.time import MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
 from timers.timer import InternalTimer, Triggerable
 
 __all__ = ["InternalTimerService", "TimerBackend", "DEFAULT_SERVICE_NAME"]
