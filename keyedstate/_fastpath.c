@@ -380,7 +380,7 @@ static PyTypeObject TimerCallType = {
  * (a deletion of a timer that was never queued, a registration of one already queued); the rest go to the queue's
  * own add()/remove(). Anything else (another queue type, a queue that is firing, no current key) goes to the
  * Python flush before anything is applied. The collected calls are cleared either way, as the Python flush does.
- * This is HeapPartitionedTimerQueue.apply_changes (timers/partitioned.py) for the heap queues, in C. */
+ * This is the heap branch of KeyGroupPartitionedTimerQueue.apply_changes (timers/partitioned.py) in C. */
 
 typedef struct {
     PyObject_HEAD
