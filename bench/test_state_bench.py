@@ -144,8 +144,8 @@ def test_value_state_to_raw_rocksdict_ratio(benchmark, tmp_path):
     for user_key in user_keys:
         backend.set_current_key(user_key)
         state.update(1)
-        prefixes.append(backend._current_prefix)
-        keys.append(backend._current_prefix + namespace)  # the very keys the state uses
+        prefixes.append(backend.key_prefix)
+        keys.append(backend.key_prefix + namespace)  # the very keys the state uses
     store.write_pending()
     data = family.get(keys[0])
 

@@ -7,13 +7,41 @@
  * implementation they were built with, which stays the definition of the behaviour: see keyedstate/compiled.py.
  * TimerFlush applies a key's collected timer calls to the heap timer queues the same way, and rows_from_columns
  * builds the Spark group function's element Rows.
+ *
+ * No attribute name is written here: every object whose attributes are read is passed in at construction, together
+ * with the names of the attributes to read, which the Python side takes from where they are declared (the key
+ * context's fields, the queues' __slots__). A constructor checks that the object has the attribute, so a rename
+ * fails at construction instead of silently taking the slow path.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 
-static PyObject *name_current_prefix; /* "_current_prefix" */
-static PyObject *name_collecting;     /* "collecting" */
+/* An interned attribute name (new reference) from a constructor argument; with `owner` given, it must have it. */
+static PyObject *
+attribute_name(PyObject *name, PyObject *owner, const char *type_name)
+{
+    if (!PyUnicode_CheckExact(name)) {
+        PyErr_Format(PyExc_TypeError, "%s: attribute names must be str", type_name);
+        return NULL;
+    }
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    if (owner != NULL) {
+        PyObject *value = PyObject_GetAttr(owner, name);
+        if (value == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_AttributeError, "%s: %R has no attribute %R (renamed without updating its "
+                             "declaration?)", type_name, Py_TYPE(owner), name);
+            }
+            Py_DECREF(name);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    return name;
+}
 
 /* Objects made with __new__ alone (without __init__) have NULL fields: refuse them instead of crashing. */
 static int
@@ -31,7 +59,8 @@ not_initialized(const void *field, const char *type_name)
 typedef struct {
     PyObject_HEAD
     PyObject *data;        /* the heap store's dict: stored key -> value */
-    PyObject *backend;     /* the keyed state backend: its _current_prefix (bytes, or None without a current key) */
+    PyObject *backend;     /* the keyed state backend (a KeyContext) */
+    PyObject *prefix_field; /* the name of its current key's prefix (bytes, or None without a current key) */
     PyObject *namespace;   /* encoded namespace (bytes) */
     PyObject *prefix;      /* the prefix stored_key was built from (held, so its identity stays unique) or NULL */
     PyObject *stored_key;  /* prefix + namespace, or NULL */
@@ -45,6 +74,7 @@ access_traverse(HeapValueAccess *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->data);
     Py_VISIT(self->backend);
+    Py_VISIT(self->prefix_field);
     Py_VISIT(self->namespace);
     Py_VISIT(self->prefix);
     Py_VISIT(self->stored_key);
@@ -59,6 +89,7 @@ access_clear(HeapValueAccess *self)
 {
     Py_CLEAR(self->data);
     Py_CLEAR(self->backend);
+    Py_CLEAR(self->prefix_field);
     Py_CLEAR(self->namespace);
     Py_CLEAR(self->prefix);
     Py_CLEAR(self->stored_key);
@@ -79,12 +110,19 @@ access_dealloc(HeapValueAccess *self)
 static int
 access_init(HeapValueAccess *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"data", "backend", "namespace", "exact_types", "slow_value", "slow_update", NULL};
-    PyObject *data, *backend, *namespace, *exact_types, *slow_value, *slow_update;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OO!OOO:HeapValueAccess", keywords, &PyDict_Type, &data,
-                                     &backend, &PyBytes_Type, &namespace, &exact_types, &slow_value, &slow_update)) {
+    static char *keywords[] = {"data", "backend", "prefix_field", "namespace", "exact_types", "slow_value",
+                               "slow_update", NULL};
+    PyObject *data, *backend, *prefix_field, *namespace, *exact_types, *slow_value, *slow_update;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO!OOO:HeapValueAccess", keywords, &PyDict_Type, &data,
+                                     &backend, &prefix_field, &PyBytes_Type, &namespace, &exact_types, &slow_value,
+                                     &slow_update)) {
         return -1;
     }
+    prefix_field = attribute_name(prefix_field, backend, "HeapValueAccess");
+    if (prefix_field == NULL) {
+        return -1;
+    }
+    Py_XSETREF(self->prefix_field, prefix_field);
     Py_XSETREF(self->data, Py_NewRef(data));
     Py_XSETREF(self->backend, Py_NewRef(backend));
     Py_XSETREF(self->namespace, Py_NewRef(namespace));
@@ -100,7 +138,7 @@ access_init(HeapValueAccess *self, PyObject *args, PyObject *kwargs)
 static int
 access_stored_key(HeapValueAccess *self, PyObject **key)
 {
-    PyObject *prefix = PyObject_GetAttr(self->backend, name_current_prefix);
+    PyObject *prefix = PyObject_GetAttr(self->backend, self->prefix_field);
     if (prefix == NULL) {
         return -1;
     }
@@ -222,7 +260,8 @@ static PyTypeObject HeapValueAccessType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner;    /* the CoalescingTimerService: collects only while its `collecting` is true */
+    PyObject *owner;    /* the CoalescingTimerService: collects only while its attribute `collecting_field` is true */
+    PyObject *collecting_field;
     PyObject *changes;  /* dict timestamp -> True (registered) / False (deleted) of the current key's run */
     PyObject *mark;     /* what this call stores: True or False */
     PyObject *fallback; /* callable(timestamp): the Python method */
@@ -233,6 +272,7 @@ static int
 timer_call_traverse(TimerCall *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->owner);
+    Py_VISIT(self->collecting_field);
     Py_VISIT(self->changes);
     Py_VISIT(self->mark);
     Py_VISIT(self->fallback);
@@ -243,6 +283,7 @@ static int
 timer_call_clear(TimerCall *self)
 {
     Py_CLEAR(self->owner);
+    Py_CLEAR(self->collecting_field);
     Py_CLEAR(self->changes);
     Py_CLEAR(self->mark);
     Py_CLEAR(self->fallback);
@@ -260,13 +301,18 @@ timer_call_dealloc(TimerCall *self)
 static int
 timer_call_init(TimerCall *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"owner", "changes", "mark", "fallback", "max_timestamp", NULL};
-    PyObject *owner, *changes, *mark, *fallback;
+    static char *keywords[] = {"owner", "collecting_field", "changes", "mark", "fallback", "max_timestamp", NULL};
+    PyObject *owner, *collecting_field, *changes, *mark, *fallback;
     long long max_timestamp;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OL:TimerCall", keywords, &owner, &PyDict_Type, &changes,
-                                     &PyBool_Type, &mark, &fallback, &max_timestamp)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!OL:TimerCall", keywords, &owner, &collecting_field,
+                                     &PyDict_Type, &changes, &PyBool_Type, &mark, &fallback, &max_timestamp)) {
         return -1;
     }
+    collecting_field = attribute_name(collecting_field, owner, "TimerCall");
+    if (collecting_field == NULL) {
+        return -1;
+    }
+    Py_XSETREF(self->collecting_field, collecting_field);
     Py_XSETREF(self->owner, Py_NewRef(owner));
     Py_XSETREF(self->changes, Py_NewRef(changes));
     Py_XSETREF(self->mark, Py_NewRef(mark));
@@ -288,7 +334,7 @@ timer_call_call(TimerCall *self, PyObject *timestamp)
             return NULL;
         }
         if (!overflow && millis >= 0 && millis <= self->max_timestamp) {
-            PyObject *collecting = PyObject_GetAttr(self->owner, name_collecting);
+            PyObject *collecting = PyObject_GetAttr(self->owner, self->collecting_field);
             if (collecting == NULL) {
                 return NULL;
             }
@@ -333,49 +379,49 @@ static PyTypeObject TimerCallType = {
  * collected timestamp it builds the timer tuple and settles it with one set lookup when the queue already agrees
  * (a deletion of a timer that was never queued, a registration of one already queued); the rest go to the queue's
  * own add()/remove(). Anything else (another queue type, a queue that is firing, no current key) goes to the
- * Python flush before anything is applied. The collected calls are cleared either way, as the Python flush does. */
+ * Python flush before anything is applied. The collected calls are cleared either way, as the Python flush does.
+ * This is the heap branch of KeyGroupPartitionedTimerQueue.apply_changes (timers/partitioned.py) in C. */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *service;          /* InternalTimerService: _event_queue, _processing_queue, backend */
+    PyObject *context;          /* the backend's KeyContext: the current key's prefix and key group */
+    PyObject *event_queue;      /* the service's two HeapPartitionedTimerQueues */
+    PyObject *processing_queue;
     PyObject *event_changes;    /* dict timestamp -> bool of the current key's run, event time */
     PyObject *processing_changes;
     PyObject *namespace;        /* VOID_NAMESPACE */
     PyObject *queue_type;       /* HeapPartitionedTimerQueue: the only queue type handled here */
     PyObject *fallback;         /* callable(): the Python flush */
+    /* attribute names, declared on the Python side */
+    PyObject *prefix_field;     /* context: the current key's prefix (bytes or None) */
+    PyObject *key_group_field;  /* context: its key group (int) */
+    PyObject *firing_field;     /* queue: the batch being fired, None while not firing */
+    PyObject *queues_field;     /* queue: dict key group -> HeapTimerQueue */
+    PyObject *live_field;       /* HeapTimerQueue: the set of its timers */
+    PyObject *add_field;        /* queue methods */
+    PyObject *remove_field;
 } TimerFlush;
 
-static PyObject *name_backend;
-static PyObject *name_current_key_group;
-static PyObject *name_event_queue;
-static PyObject *name_processing_queue;
-static PyObject *name_batch;
-static PyObject *name_queues;
-static PyObject *name_live;
-static PyObject *name_add;
-static PyObject *name_remove;
+#define TIMER_FLUSH_OBJECTS(X) \
+    X(context) X(event_queue) X(processing_queue) X(event_changes) X(processing_changes) X(namespace) \
+    X(queue_type) X(fallback) X(prefix_field) X(key_group_field) X(firing_field) X(queues_field) X(live_field) \
+    X(add_field) X(remove_field)
 
 static int
 timer_flush_traverse(TimerFlush *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->service);
-    Py_VISIT(self->event_changes);
-    Py_VISIT(self->processing_changes);
-    Py_VISIT(self->namespace);
-    Py_VISIT(self->queue_type);
-    Py_VISIT(self->fallback);
+#define VISIT(field) Py_VISIT(self->field);
+    TIMER_FLUSH_OBJECTS(VISIT)
+#undef VISIT
     return 0;
 }
 
 static int
 timer_flush_clear(TimerFlush *self)
 {
-    Py_CLEAR(self->service);
-    Py_CLEAR(self->event_changes);
-    Py_CLEAR(self->processing_changes);
-    Py_CLEAR(self->namespace);
-    Py_CLEAR(self->queue_type);
-    Py_CLEAR(self->fallback);
+#define CLEAR(field) Py_CLEAR(self->field);
+    TIMER_FLUSH_OBJECTS(CLEAR)
+#undef CLEAR
     return 0;
 }
 
@@ -390,20 +436,45 @@ timer_flush_dealloc(TimerFlush *self)
 static int
 timer_flush_init(TimerFlush *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"service", "event_changes", "processing_changes", "namespace", "queue_type",
-                               "fallback", NULL};
-    PyObject *service, *event_changes, *processing_changes, *namespace, *queue_type, *fallback;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!O!O!O:TimerFlush", keywords, &service, &PyDict_Type,
-                                     &event_changes, &PyDict_Type, &processing_changes, &PyBytes_Type, &namespace,
-                                     &PyType_Type, &queue_type, &fallback)) {
+    static char *keywords[] = {"context", "event_queue", "processing_queue", "event_changes", "processing_changes",
+                               "namespace", "queue_type", "fallback", "prefix_field", "key_group_field",
+                               "firing_field", "queues_field", "live_field", "add_field", "remove_field", NULL};
+    PyObject *context, *event_queue, *processing_queue, *event_changes, *processing_changes, *namespace, *queue_type,
+        *fallback, *names[7];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!O!O!O!OOOOOOOO:TimerFlush", keywords, &context, &event_queue,
+                                     &processing_queue, &PyDict_Type, &event_changes, &PyDict_Type,
+                                     &processing_changes, &PyBytes_Type, &namespace, &PyType_Type, &queue_type,
+                                     &fallback, &names[0], &names[1], &names[2], &names[3], &names[4], &names[5],
+                                     &names[6])) {
         return -1;
     }
-    Py_XSETREF(self->service, Py_NewRef(service));
+    /* checked on the key context and on the handled queue type (slots and methods are class attributes); the live
+     * set belongs to per-key-group queues that may not exist yet */
+    PyObject *owners[7] = {context, context, queue_type, queue_type, NULL, queue_type, queue_type};
+    for (int i = 0; i < 7; i++) {
+        names[i] = attribute_name(names[i], owners[i], "TimerFlush");
+        if (names[i] == NULL) {
+            for (int j = 0; j < i; j++) {
+                Py_DECREF(names[j]);
+            }
+            return -1;
+        }
+    }
+    Py_XSETREF(self->context, Py_NewRef(context));
+    Py_XSETREF(self->event_queue, Py_NewRef(event_queue));
+    Py_XSETREF(self->processing_queue, Py_NewRef(processing_queue));
     Py_XSETREF(self->event_changes, Py_NewRef(event_changes));
     Py_XSETREF(self->processing_changes, Py_NewRef(processing_changes));
     Py_XSETREF(self->namespace, Py_NewRef(namespace));
     Py_XSETREF(self->queue_type, Py_NewRef(queue_type));
     Py_XSETREF(self->fallback, Py_NewRef(fallback));
+    Py_XSETREF(self->prefix_field, names[0]);
+    Py_XSETREF(self->key_group_field, names[1]);
+    Py_XSETREF(self->firing_field, names[2]);
+    Py_XSETREF(self->queues_field, names[3]);
+    Py_XSETREF(self->live_field, names[4]);
+    Py_XSETREF(self->add_field, names[5]);
+    Py_XSETREF(self->remove_field, names[6]);
     return 0;
 }
 
@@ -414,7 +485,7 @@ queue_handled(TimerFlush *self, PyObject *queue)
     if ((PyObject *)Py_TYPE(queue) != self->queue_type) {
         return 0;
     }
-    PyObject *batch = PyObject_GetAttr(queue, name_batch);
+    PyObject *batch = PyObject_GetAttr(queue, self->firing_field);
     if (batch == NULL) {
         return -1;
     }
@@ -425,16 +496,16 @@ queue_handled(TimerFlush *self, PyObject *queue)
 
 /* The live set of the key group's queue (new reference), or NULL without error when the key group has none. */
 static PyObject *
-live_timers(PyObject *queue, PyObject *key_group)
+live_timers(TimerFlush *self, PyObject *queue, PyObject *key_group)
 {
-    PyObject *queues = PyObject_GetAttr(queue, name_queues);
+    PyObject *queues = PyObject_GetAttr(queue, self->queues_field);
     if (queues == NULL) {
         return NULL;
     }
     PyObject *group_queue = PyDict_GetItemWithError(queues, key_group);
     PyObject *live = NULL;
     if (group_queue != NULL) {
-        live = PyObject_GetAttr(group_queue, name_live);
+        live = PyObject_GetAttr(group_queue, self->live_field);
     }
     Py_DECREF(queues);
     return live;
@@ -443,7 +514,7 @@ live_timers(PyObject *queue, PyObject *key_group)
 static int
 apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *prefix, PyObject *key_group)
 {
-    PyObject *live = live_timers(queue, key_group);
+    PyObject *live = live_timers(self, queue, key_group);
     if (live == NULL && PyErr_Occurred()) {
         return -1;
     }
@@ -470,9 +541,9 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
         if (present < 0) {
             outcome = NULL;
         } else if (is_registration && !present) {
-            outcome = PyObject_CallMethodOneArg(queue, name_add, timer);
+            outcome = PyObject_CallMethodOneArg(queue, self->add_field, timer);
         } else if (!is_registration && present) {
-            outcome = PyObject_CallMethodOneArg(queue, name_remove, timer);
+            outcome = PyObject_CallMethodOneArg(queue, self->remove_field, timer);
         } else {
             outcome = Py_NewRef(Py_None); /* the queue already agrees */
         }
@@ -483,7 +554,7 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
         }
         Py_DECREF(outcome);
         if (live == NULL) { /* add() created the key group's queue */
-            live = live_timers(queue, key_group);
+            live = live_timers(self, queue, key_group);
             if (live == NULL) {
                 if (!PyErr_Occurred()) {
                     PyErr_SetString(PyExc_RuntimeError, "TimerFlush: add() left the key group without a queue");
@@ -500,7 +571,7 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
 static PyObject *
 timer_flush_call(TimerFlush *self, PyObject *Py_UNUSED(ignored))
 {
-    if (not_initialized(self->service, "TimerFlush")) {
+    if (not_initialized(self->context, "TimerFlush")) {
         return NULL;
     }
     int has_event = PyDict_GET_SIZE(self->event_changes) > 0;
@@ -508,33 +579,28 @@ timer_flush_call(TimerFlush *self, PyObject *Py_UNUSED(ignored))
     if (!has_event && !has_processing) {
         Py_RETURN_NONE;
     }
-    PyObject *backend = NULL, *prefix = NULL, *key_group = NULL, *event_queue = NULL, *processing_queue = NULL;
+    PyObject *prefix = NULL, *key_group = NULL;
     PyObject *result = NULL;
     int handled = 0;
-    backend = PyObject_GetAttr(self->service, name_backend);
-    if (backend == NULL) goto done;
-    prefix = PyObject_GetAttr(backend, name_current_prefix);
+    prefix = PyObject_GetAttr(self->context, self->prefix_field);
     if (prefix == NULL) goto done;
-    key_group = PyObject_GetAttr(backend, name_current_key_group);
+    key_group = PyObject_GetAttr(self->context, self->key_group_field);
     if (key_group == NULL) goto done;
-    event_queue = PyObject_GetAttr(self->service, name_event_queue);
-    if (event_queue == NULL) goto done;
-    processing_queue = PyObject_GetAttr(self->service, name_processing_queue);
-    if (processing_queue == NULL) goto done;
     handled = PyBytes_CheckExact(prefix) && PyLong_CheckExact(key_group);
     if (handled && has_event) {
-        handled = queue_handled(self, event_queue);
+        handled = queue_handled(self, self->event_queue);
     }
     if (handled > 0 && has_processing) {
-        handled = queue_handled(self, processing_queue);
+        handled = queue_handled(self, self->processing_queue);
     }
     if (handled < 0) goto done;
     if (!handled) {
         result = PyObject_CallNoArgs(self->fallback);
         goto done;
     }
-    if (has_event && apply_changes(self, event_queue, self->event_changes, prefix, key_group) < 0) goto done;
-    if (has_processing && apply_changes(self, processing_queue, self->processing_changes, prefix, key_group) < 0)
+    if (has_event && apply_changes(self, self->event_queue, self->event_changes, prefix, key_group) < 0) goto done;
+    if (has_processing &&
+        apply_changes(self, self->processing_queue, self->processing_changes, prefix, key_group) < 0)
         goto done;
     result = Py_NewRef(Py_None);
 done:
@@ -543,11 +609,8 @@ done:
         PyDict_Clear(self->event_changes);
         PyDict_Clear(self->processing_changes);
     }
-    Py_XDECREF(backend);
     Py_XDECREF(prefix);
     Py_XDECREF(key_group);
-    Py_XDECREF(event_queue);
-    Py_XDECREF(processing_queue);
     return result;
 }
 
@@ -665,22 +728,6 @@ static struct PyModuleDef fastpath_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    name_current_prefix = PyUnicode_InternFromString("_current_prefix");
-    name_collecting = PyUnicode_InternFromString("collecting");
-    name_backend = PyUnicode_InternFromString("backend");
-    name_current_key_group = PyUnicode_InternFromString("_current_key_group");
-    name_event_queue = PyUnicode_InternFromString("_event_queue");
-    name_processing_queue = PyUnicode_InternFromString("_processing_queue");
-    name_batch = PyUnicode_InternFromString("_batch");
-    name_queues = PyUnicode_InternFromString("queues");
-    name_live = PyUnicode_InternFromString("live");
-    name_add = PyUnicode_InternFromString("add");
-    name_remove = PyUnicode_InternFromString("remove");
-    if (name_current_prefix == NULL || name_collecting == NULL || name_backend == NULL ||
-        name_current_key_group == NULL || name_event_queue == NULL || name_processing_queue == NULL ||
-        name_batch == NULL || name_queues == NULL || name_live == NULL || name_add == NULL || name_remove == NULL) {
-        return NULL;
-    }
     if (PyType_Ready(&HeapValueAccessType) < 0 || PyType_Ready(&TimerCallType) < 0 ||
         PyType_Ready(&TimerFlushType) < 0) {
         return NULL;

@@ -7,6 +7,8 @@ without one the install still succeeds), these calls run in C for the common cas
 implementation for everything else. So do two steps the Spark group function takes per key or element: applying a
 key's collected timer calls to the heap timer queues, and building the ``Row`` each element is handed as. The
 Python code stays the definition of the behaviour, and the test suite runs the affected specifications both ways.
+The C code names no attribute: the objects it reads are passed to its constructors with the names to read, taken
+from their declarations (see ``docs/architecture.md``).
 
 Set ``KEYEDSTATE_PURE_PYTHON=1`` (before keyedstate is imported, and for Spark's Python workers too) to use the
 Python implementation only.

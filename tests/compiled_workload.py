@@ -4,8 +4,9 @@ Run as ``python -m tests.compiled_workload SEED...``: prints one JSON trace per 
 observe — every output record in order, the state of every key and the pending timers after every batch — from
 a function that registers and deletes timers of both domains while elements run and while timers fire, and uses
 value, list and map state. The workload runs through the Spark group function (key runs, the compiled row
-builder, timer calls and timer flush) and through the harness (one element at a time). The test runs this module
-with and without ``KEYEDSTATE_PURE_PYTHON`` and compares the traces.
+builder, timer calls and timer flush, one key group), through the operator's key runs over many key groups (every
+pending timer and stored record traced), and through the harness (one element at a time). The test runs this
+module with and without ``KEYEDSTATE_PURE_PYTHON`` and compares the traces.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from pyspark.sql import Row
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import StringType, StructField, StructType
 
 from keyedstate import (
     KeyedProcessFunction,
@@ -27,10 +28,16 @@ from keyedstate import (
     Types,
     ValueStateDescriptor,
 )
+from keyedstate.keygroups import key_group_for_key
+from keyedstate.operator import KeyedProcessOperator
+from keyedstate.serialization import encode_key
 from keyedstate.spark.group_function import _RUNTIMES, EVENT_TIME, GroupFunctionSpec, make_group_function
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.outputs import OutputLayout
+from keyedstate.state.base.layout import key_group_prefix
+from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing import KeyedProcessHarness
+from timers import TimeDomain
 
 COUNT = ValueStateDescriptor("count", Types.LONG())
 ITEMS = ListStateDescriptor("items", Types.STRING())
@@ -83,6 +90,9 @@ class Chaos(KeyedProcessFunction):
         elif step == 3:
             self.count.update((self.count.value() or 0) + 100)
             self.items.clear()
+        elif step == 4:  # delete and register again a timer that may be due in this advance: it still fires once
+            timers.delete_event_time_timer(timestamp + 1)
+            timers.register_event_time_timer(timestamp + 1)
         yield ctx.get_current_key(), f"t{ctx.time_domain()}:{timestamp}:{self.count.value()}"
 
 
@@ -177,13 +187,42 @@ def through_harness(seed: int) -> list[Any]:
     return trace
 
 
+def through_key_runs(seed: int) -> list[Any]:
+    """The operator's key runs over many key groups (the group function uses one), tracing every pending timer and
+    every stored record after each batch."""
+    rng = random.Random(seed)
+    operator = KeyedProcessOperator(Chaos(), HeapKeyedStateBackend(max_parallelism=16, validate_writes=False))
+    operator.open()
+    keys = [f"{key}-{n}" for key in KEYS for n in range(4)]
+    service = operator.timer_service
+    trace: list[Any] = []
+    for number, batch in enumerate([*batches(seed), []]):
+        runs, values, timestamps = [], [], []
+        for key in sorted({rng.choice(keys) for _ in batch}):
+            start = len(values)
+            for _, ts, op, a in rng.sample(batch, rng.randrange(1, min(6, len(batch)) + 1)):
+                values.append(Row(key=key, op=op, a=a))
+                timestamps.append(ts)
+            runs.append((key, key_group_prefix(key_group_for_key(key, 16)) + encode_key(key), start, len(values)))
+        operator.advance_processing_time(10_000 + 40 * number)
+        operator.process_key_runs(runs, values, timestamps)
+        operator.backend.clear_current_key()
+        operator.advance_watermark(max(t for _, t, _, _ in batch) - 10 if batch else 2**63 - 1)  # last: all fire
+        trace.append([list(record) for record in operator.outputs.drain()])
+        trace.append([[[t.timestamp, t.key, t.key_group] for t in service.timers(domain)]
+                      for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME)])
+        trace.append([[metadata.name, sorted(records)] for metadata, records in operator.backend.export_records()])
+    operator.close()
+    return trace
+
+
 def main(seeds: list[int]) -> None:
     from keyedstate.compiled import fastpath
 
     for seed in seeds:
         print(json.dumps({"seed": seed, "compiled": fastpath is not None,
                           "group_function": through_group_function(seed),
-                          "harness": through_harness(seed)}, default=str))
+                          "harness": through_harness(seed), "key_runs": through_key_runs(seed)}, default=str))
 
 
 if __name__ == "__main__":

@@ -60,3 +60,42 @@ def test_a_compiled_object_created_without_init_raises_instead_of_crashing(type_
     bare = cls.__new__(cls)
     with pytest.raises(RuntimeError, match="without calling __init__"):
         getattr(bare, method)(*([1] if type_name == "TimerCall" else []))
+
+
+def test_every_attribute_the_compiled_types_read_is_declared_where_it_lives():
+    """The C code names no attribute: the names come from the Python declarations. Each must be an attribute of the
+    object the C code reads it from, so renaming a field without its declaration fails here (and at construction)."""
+    from keyedstate.state.base.key_context import KEY_GROUP_FIELD, KEY_PREFIX_FIELD
+    from keyedstate.state.heap import HeapKeyedStateBackend
+    from timers import InternalTimerService
+    from timers.facade import _FLUSH_FIELDS, COLLECTING_FIELD, CoalescingTimerService
+
+    backend = HeapKeyedStateBackend()
+    service = InternalTimerService(backend, None)
+    backend.set_current_key("k")
+    service.register_event_time_timer(b"", 5)
+    queue = service.event_queue
+    group_queue = queue.queues[backend.key_group]
+    owners = {"prefix_field": backend, "key_group_field": backend, "firing_field": queue, "queues_field": queue,
+              "live_field": group_queue, "add_field": queue, "remove_field": queue}
+    assert set(owners) == set(_FLUSH_FIELDS)
+    for role, name in _FLUSH_FIELDS.items():
+        assert hasattr(owners[role], name), f"{role}: {type(owners[role]).__name__} has no {name!r}"
+    assert getattr(backend, KEY_PREFIX_FIELD) == backend.current_key_prefix
+    assert getattr(backend, KEY_GROUP_FIELD) == backend.current_key_group
+    assert getattr(CoalescingTimerService(service), COLLECTING_FIELD) is False
+
+
+def test_a_compiled_type_refuses_an_object_without_the_declared_attribute():
+    if fastpath is None:
+        pytest.fail("keyedstate._fastpath is not built")
+
+    class Renamed:  # a key context whose prefix field was renamed without its declaration
+        current_prefix = None
+
+    with pytest.raises(AttributeError, match="has no attribute 'key_prefix'"):
+        fastpath.HeapValueAccess(data={}, backend=Renamed(), prefix_field="key_prefix", namespace=b"",
+                                 exact_types=None, slow_value=print, slow_update=print)
+    with pytest.raises(AttributeError, match="has no attribute 'collecting'"):
+        fastpath.TimerCall(owner=Renamed(), collecting_field="collecting", changes={}, mark=True, fallback=print,
+                           max_timestamp=1)

@@ -1,7 +1,7 @@
 """The compiled fast path is a twin of the Python implementation: a randomized workload (state of three kinds,
 timers of both domains registered and deleted while elements run and while timers fire) gives the same trace of
 outputs, state and timers with the extension and with ``KEYEDSTATE_PURE_PYTHON=1``, through the Spark group
-function and through the harness."""
+function, the operator's key runs and the harness."""
 
 from __future__ import annotations
 
@@ -41,3 +41,8 @@ def test_the_compiled_and_the_python_implementation_give_identical_traces():
     # the workload reaches what the fast path covers: both domains fire, state survives batches
     assert "tTimeDomain.EVENT_TIME" in text and "tTimeDomain.PROCESSING_TIME" in text
     assert text.count("timeout") > 100
+    # the key runs spread the timers over many key groups, and the timers registered, deleted and registered again
+    # by callbacks while a batch of due timers fires are compared one by one
+    key_groups = {timer[2] for trace in compiled.values() for step in trace["key_runs"][1::3] for domain in step
+                  for timer in domain}
+    assert len(key_groups) > 8

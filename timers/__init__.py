@@ -26,7 +26,7 @@ from timers.facade import CoalescingTimerService, TimerService
 from timers.heap_partitioned import HeapPartitionedTimerQueue
 from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
-from timers.service import DEFAULT_SERVICE_NAME, InternalTimerService
+from timers.service import DEFAULT_SERVICE_NAME, InternalTimerService, TimerBackend
 from timers.storage import TimerStorage
 from timers.time import MAX_TIMESTAMP, to_epoch_millis, to_time_bound
 from timers.timer import InternalTimer, Triggerable, make_timer
@@ -47,6 +47,7 @@ __all__ = [
     "InternalTimerService",
     "KeyGroupPartitionedTimerQueue",
     "TimeDomain",
+    "TimerBackend",
     "TimerService",
     "TimerStorage",
     "Triggerable",

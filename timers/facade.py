@@ -6,12 +6,29 @@ from functools import partial
 from typing import Any
 
 from keyedstate.compiled import fastpath
+from keyedstate.state.base.key_context import KEY_GROUP_FIELD, KEY_PREFIX_FIELD
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers.heap_partitioned import HeapPartitionedTimerQueue
+from timers.queue import HeapTimerQueue
 from timers.service import InternalTimerService
 from timers.time import MAX_TIMESTAMP, to_epoch_millis
 
-__all__ = ["TimerService", "CoalescingTimerService"]
+__all__ = ["TimerService", "CoalescingTimerService", "COLLECTING_FIELD"]
+
+COLLECTING_FIELD = "collecting"
+"""The name of :attr:`CoalescingTimerService.collecting` (read by the compiled ``TimerCall``)."""
+
+# The attributes the compiled TimerFlush reads, taken from their declarations: the key context's fields, and the
+# queues' __slots__ (a renamed slot makes this line fail at import).
+_FLUSH_FIELDS = dict(
+    prefix_field=KEY_PREFIX_FIELD,
+    key_group_field=KEY_GROUP_FIELD,
+    firing_field=HeapPartitionedTimerQueue.batch.__name__,  # type: ignore[attr-defined]
+    queues_field=HeapPartitionedTimerQueue.queues.__name__,  # type: ignore[attr-defined]
+    live_field=HeapTimerQueue.live.__name__,  # type: ignore[attr-defined]
+    add_field=HeapPartitionedTimerQueue.add.__name__,
+    remove_field=HeapPartitionedTimerQueue.remove.__name__,
+)
 
 _BOUND_TO_SERVICE = (
     "register_event_time_timer",
@@ -90,20 +107,20 @@ class CoalescingTimerService(TimerService):
                 ("delete_processing_time_timer", self._processing_time, False),
             ):
                 fallback = getattr(CoalescingTimerService, name).__get__(self)
-                call = fastpath.TimerCall(owner=self, changes=changes, mark=registered, fallback=fallback,
-                                          max_timestamp=MAX_TIMESTAMP)
+                call = fastpath.TimerCall(owner=self, collecting_field=COLLECTING_FIELD, changes=changes,
+                                          mark=registered, fallback=fallback, max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
             # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
             self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]
-                service=service, event_changes=self._event_time, processing_changes=self._processing_time,
+                context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
+                event_changes=self._event_time, processing_changes=self._processing_time,
                 namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
-                fallback=CoalescingTimerService.flush.__get__(self),
+                fallback=CoalescingTimerService.flush.__get__(self), **_FLUSH_FIELDS,
             ).call
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._processing_time[timestamp] = True
         else:
@@ -111,8 +128,7 @@ class CoalescingTimerService(TimerService):
 
     def register_event_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._event_time[timestamp] = True
         else:
@@ -120,8 +136,7 @@ class CoalescingTimerService(TimerService):
 
     def delete_processing_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._processing_time[timestamp] = False
         else:
@@ -129,8 +144,7 @@ class CoalescingTimerService(TimerService):
 
     def delete_event_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
             self._event_time[timestamp] = False
         else:

@@ -11,18 +11,19 @@
 
 Taken timers stay registered until they fire. The unfired part of the batch is the slice after the walk's position
 (read from the list iterator, so walking costs nothing per timer); membership is a binary search in it, and deleting
-a taken timer puts it in ``_cancelled``. ``add``, ``remove``, ``count`` and the iterators consult both, which they do
-only for timers at or before the firing limit, so a callback can delete a due timer before it fires or register it
-again. A timer registered by a callback that sorts before the next taken one fires first, exactly as in the
-one-by-one order. If firing stops early (a callback raised), the unfired timers go back into their key groups; so
-they do when a callback advances time again (a nested call), which then fires them in order itself.
+a taken timer puts it in ``_cancelled``. ``add`` and ``remove`` consult both, only for timers at or before the
+firing limit, and the base class's views (``peek``, ``count``, the iterators, ...) add :meth:`_unfired`, so a
+callback can delete a due timer before it fires or register it again. A timer registered by a callback that sorts
+before the next taken one fires first, exactly as in the one-by-one order. If firing stops early (a callback raised),
+the unfired timers go back into their key groups; so they do when a callback advances time again (a nested call),
+which then fires them in order itself.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Iterable, Iterator, Optional
+from typing import Iterator, Optional
 
 from timers.partitioned import _HEADS_SLACK, KeyGroupPartitionedTimerQueue
 from timers.queue import _COMPACT_SLACK, HeapTimerQueue, sort_timers
@@ -37,14 +38,18 @@ _PARTITION_SHARE = 16
 
 
 class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
-    """The timers of one time domain over all owned key groups, in heaps, with bulk firing (see the module)."""
+    """The timers of one time domain over all owned key groups, in heaps, with bulk firing (see the module).
 
-    __slots__ = ("_batch", "_walk", "_limit", "_holding", "_cancelled")
+    It replaces only what runs per timer (``add``, ``remove``, ``remove_many``) and firing (``pop_due``, ``due``);
+    everything else is the base class, which sees the batch being fired through :meth:`_unfired`.
+    """
+
+    __slots__ = ("batch", "_walk", "_limit", "_holding", "_cancelled")
 
     def __init__(self) -> None:
         super().__init__(lambda key_group: HeapTimerQueue())
-        self._batch: Optional[list[InternalTimer]] = None  # the sorted timers being fired
-        self._walk: Optional[Iterator[InternalTimer]] = None  # the iterator over ``_batch``
+        self.batch: Optional[list[InternalTimer]] = None  # the sorted timers being fired
+        self._walk: Optional[Iterator[InternalTimer]] = None  # the iterator over ``batch``
         self._limit = 0
         self._holding = False  # the walk's last timer is held back while earlier callback timers fire
         self._cancelled: set[InternalTimer] = set()
@@ -52,23 +57,23 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
     # ---- the batch being fired -----------------------------------------------------------------------------------
 
     def _unfired_start(self) -> int:
-        batch = self._batch
+        batch = self.batch
         start = len(batch) - self._walk.__length_hint__()  # type: ignore[arg-type, union-attr]
         return start - 1 if self._holding else start
 
     def _taken(self, timer: InternalTimer) -> bool:
         """Whether ``timer`` is in the unfired part of the batch and not cancelled (only while firing)."""
-        batch = self._batch
+        batch = self.batch
         if batch is None or timer[0] > self._limit:
             return False
         index = bisect_left(batch, timer, self._unfired_start())
         return index < len(batch) and batch[index] == timer and timer not in self._cancelled
 
     def _unfired(self) -> list[InternalTimer]:
-        if self._batch is None:
+        if self.batch is None:
             return []
         cancelled = self._cancelled
-        return [timer for timer in self._batch[self._unfired_start():] if timer not in cancelled]
+        return [timer for timer in self.batch[self._unfired_start():] if timer not in cancelled]
 
     # ---- single timers -------------------------------------------------------------------------------------------
 
@@ -81,7 +86,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         live.add(timer)  # one hash instead of a membership test and an add
         if len(live) == size:
             return
-        if self._batch is not None and timer[0] <= self._limit and self._add_to_batch(timer):
+        if self.batch is not None and timer[0] <= self._limit and self._add_to_batch(timer):
             live.remove(timer)
             return
         heap = queue.heap
@@ -103,7 +108,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         return self._taken(timer)
 
     def remove(self, timer: InternalTimer) -> bool:
-        if self._batch is not None and timer[0] <= self._limit and self._taken(timer):
+        if self.batch is not None and timer[0] <= self._limit and self._taken(timer):
             self._cancelled.add(timer)
             return True
         # the base class's remove with HeapTimerQueue.remove inlined: a delete per element is common
@@ -132,27 +137,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         for timer in timers:  # each may be in a firing batch (see remove)
             self.remove(timer)
 
-    def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
-        # A key that registers and deletes timers within one run of its elements leaves deletions of timers that
-        # were never queued, and registrations of timers already queued: outside a firing, one set lookup each
-        # settles those without an add/remove call.
-        if self._batch is not None:
-            super().apply_changes(changes, prefix, namespace, key_group)
-            return
-        queue = self.queues.get(key_group)
-        if queue is None:
-            if True not in changes.values():  # only deletions, and this key group has no timers
-                return
-            queue = self.queue(key_group)
-        live = queue.live
-        for timestamp, registered in changes.items():
-            timer = (timestamp, prefix, namespace, key_group)
-            if registered:
-                if timer not in live:
-                    self.add(timer)
-            elif timer in live:
-                self.remove(timer)
-
     # ---- firing --------------------------------------------------------------------------------------------------
 
     def pop_due(self, limit: int) -> Optional[InternalTimer]:
@@ -171,13 +155,13 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         while heads and heads[0][0] <= limit:
             batch = self._take_due(limit)
             walk = iter(batch)
-            self._batch, self._walk, self._limit = batch, walk, limit
+            self.batch, self._walk, self._limit = batch, walk, limit
             try:
                 for timer in walk:
                     if heads and heads[0] < timer:  # registered by a callback, due before this one
                         self._holding = True
                         yield from self._due_before(limit, timer)
-                        if self._batch is not batch:  # a nested call released the batch, this timer included
+                        if self.batch is not batch:  # a nested call released the batch, this timer included
                             break
                         self._holding = False
                     if cancelled and timer in cancelled:  # deleted by a callback before its turn
@@ -185,17 +169,17 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
                         continue
                     yield timer
             finally:
-                if self._batch is batch:
+                if self.batch is batch:
                     self._release_batch()
 
     def _release_batch(self) -> None:
         """Put the unfired timers of the batch being fired (if any) back into their key groups and end its walk."""
-        batch = self._batch
+        batch = self.batch
         if batch is None:
             return
         unfired = self._unfired()
         self._walk.__setstate__(len(batch))  # type: ignore[union-attr]  # the taking call's loop ends at its next step
-        self._batch = self._walk = None
+        self.batch = self._walk = None
         self._holding = False
         self._cancelled.clear()
         for timer in unfired:
@@ -241,44 +225,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
                 heappush(heads, queue.heap[0])
         sort_timers(taken)
         return taken
-
-    # ---- views that include taken, unfired timers ----------------------------------------------------------------
-
-    def peek(self) -> Optional[InternalTimer]:
-        head = super().peek()
-        unfired = self._unfired()
-        if unfired:
-            return unfired[0] if head is None or unfired[0] < head else head
-        return head
-
-    def earliest(self, key_group: int) -> Optional[InternalTimer]:
-        head = super().earliest(key_group)
-        taken = [timer for timer in self._unfired() if timer[3] == key_group]
-        if taken:
-            return taken[0] if head is None or taken[0] < head else head
-        return head
-
-    def timers_of(self, key_group: int) -> Iterator[InternalTimer]:
-        taken = [timer for timer in self._unfired() if timer[3] == key_group]
-        if not taken:
-            return super().timers_of(key_group)
-        return iter(sorted([*super().timers_of(key_group), *taken]))
-
-    def replace_key_group(self, key_group: int, timers: Iterable[InternalTimer]) -> None:
-        self._cancelled.update(timer for timer in self._unfired() if timer[3] == key_group)
-        super().replace_key_group(key_group, timers)
-
-    def key_groups(self) -> list[int]:
-        return sorted(set(super().key_groups()) | {timer[3] for timer in self._unfired()})
-
-    def count(self, key_group: Optional[int] = None) -> int:
-        unfired = self._unfired()
-        taken = len(unfired) if key_group is None else sum(1 for timer in unfired if timer[3] == key_group)
-        return super().count(key_group) + taken
-
-    def __iter__(self) -> Iterator[InternalTimer]:
-        for key_group in sorted(set(self.queues) | {timer[3] for timer in self._unfired()}):
-            yield from self.timers_of(key_group)
 
 
 def _take_due_of_queue(queue: HeapTimerQueue, limit: int, taken: list[InternalTimer]) -> None:

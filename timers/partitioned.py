@@ -91,7 +91,28 @@ class KeyGroupPartitionedTimerQueue:
     def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
         """Register (True) or delete (False) the timer ``(timestamp, prefix, namespace, key_group)`` for every
         ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``CoalescingTimerService``).
-        The order does not matter (every timestamp occurs once), so the deletions go to the queue together."""
+
+        The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath.c``) is the heap branch below in C.
+        """
+        queue = self.queues.get(key_group)
+        if queue is None:
+            if True not in changes.values():
+                return  # only deletions, and the key group has no timers
+            queue = self.queue(key_group)
+        live = getattr(queue, "live", None)
+        if live is not None and not self._unfired():
+            # A heap queue, not firing: a key that registers and deletes timers within one run leaves deletions of
+            # timers that were never queued and registrations of timers already queued; one set lookup settles each.
+            for timestamp, registered in changes.items():
+                timer = (timestamp, prefix, namespace, key_group)
+                if registered:
+                    if timer not in live:
+                        self.add(timer)
+                elif timer in live:
+                    self.remove(timer)
+            return
+        # Otherwise every timestamp occurs once, so the order does not matter and the deletions go to the queue
+        # together (a column queue looks the uncached ones up in one read).
         add = self.add
         deletions = []
         for timestamp, registered in changes.items():
@@ -104,17 +125,27 @@ class KeyGroupPartitionedTimerQueue:
         elif deletions:
             self.remove_many(deletions, key_group)
 
+    def _unfired(self) -> list[InternalTimer]:
+        """Due timers taken out of their key groups to be fired and not fired yet, ascending: still registered, so
+        every view below includes them. None here; see :class:`~timers.heap_partitioned.HeapPartitionedTimerQueue`."""
+        return []
+
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer over all key groups, or None."""
         heads = self._heads
         queues = self.queues
+        head = None
         while heads:
             entry = heads[0]
             head = queues[entry[3]].peek()
             if head is entry or head == entry:
-                return entry
+                break
+            head = None
             heappop(heads)  # stale: the key group's real head is in ``heads`` too
-        return None
+        unfired = self._unfired()
+        if unfired and (head is None or unfired[0] < head):
+            return unfired[0]
+        return head
 
     def pop_due(self, limit: int) -> Optional[InternalTimer]:
         """Remove and return the earliest timer if its timestamp is <= ``limit``; else None."""
@@ -158,15 +189,24 @@ class KeyGroupPartitionedTimerQueue:
     def earliest(self, key_group: int) -> Optional[InternalTimer]:
         """The earliest timer of ``key_group``, or None."""
         queue = self.queues.get(key_group)
-        return None if queue is None else queue.peek()
+        head = None if queue is None else queue.peek()
+        taken = [timer for timer in self._unfired() if timer[3] == key_group]
+        if taken and (head is None or taken[0] < head):
+            return taken[0]
+        return head
 
     def timers_of(self, key_group: int) -> Iterator[InternalTimer]:
         """Every timer of ``key_group``, ascending."""
         queue = self.queues.get(key_group)
-        return iter(()) if queue is None else iter(queue)
+        queued = iter(()) if queue is None else iter(queue)
+        taken = [timer for timer in self._unfired() if timer[3] == key_group]
+        return iter(sorted([*queued, *taken])) if taken else queued
 
     def replace_key_group(self, key_group: int, timers: Iterable[InternalTimer]) -> None:
         """Make ``timers`` exactly the timers of ``key_group``."""
+        for timer in self._unfired():
+            if timer[3] == key_group:
+                self.remove(timer)
         queue = self.queue(key_group)
         queue.clear()
         for timer in timers:
@@ -182,16 +222,18 @@ class KeyGroupPartitionedTimerQueue:
 
     def key_groups(self) -> list[int]:
         """Key groups that have at least one timer, ascending."""
-        return sorted(kg for kg, queue in self.queues.items() if queue.peek() is not None)
+        queued = {kg for kg, queue in self.queues.items() if queue.peek() is not None}
+        return sorted(queued.union(timer[3] for timer in self._unfired()))
 
     def count(self, key_group: Optional[int] = None) -> int:
         """Number of timers (of one key group, or all)."""
+        unfired = self._unfired()
         if key_group is not None:
             queue = self.queues.get(key_group)
-            return 0 if queue is None else len(queue)
-        return sum(len(queue) for queue in self.queues.values())
+            return (0 if queue is None else len(queue)) + sum(1 for timer in unfired if timer[3] == key_group)
+        return sum(len(queue) for queue in self.queues.values()) + len(unfired)
 
     def __iter__(self) -> Iterator[InternalTimer]:
         """Every timer, ascending by key group, then timestamp."""
-        for key_group in sorted(self.queues):
-            yield from self.queues[key_group]
+        for key_group in sorted(set(self.queues).union(timer[3] for timer in self._unfired())):
+            yield from self.timers_of(key_group)

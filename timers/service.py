@@ -32,26 +32,45 @@ overdue processing-time timers fire at the first :meth:`advance_processing_time`
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Protocol, Union
 
 from keyedstate.api.time_domain import TimeDomain
 from keyedstate.errors import ConfigurationError, KeyGroupNotOwnedError, SerializationError
-from keyedstate.state.base.backend import KeyedStateBackend
-from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
+from keyedstate.state.base.key_context import KeyContext
+from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_key_group_blob, encode_key_group_blob
 from timers.column_queue import DEFAULT_CACHE_CAPACITY
 from timers.storage import DomainTimers, TimerStorage, resolve_storage
-from timers.time import MAX_TIMESTAMP, MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
+from timers.time import MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
 from timers.timer import InternalTimer, Triggerable
 
-__all__ = ["InternalTimerService", "DEFAULT_SERVICE_NAME"]
+__all__ = ["InternalTimerService", "TimerBackend", "DEFAULT_SERVICE_NAME"]
 
 _KEY_CACHE_SIZE = 1 << 16
-_BASE_SET_KEY_WITH_PREFIX = KeyedStateBackend.set_current_key_with_prefix
+_BASE_SET_KEY_WITH_PREFIX = KeyContext.set_current_key_with_prefix
 _new_timer = tuple.__new__  # InternalTimer((...)) through type.__call__ costs ~2x as much
 
 DEFAULT_SERVICE_NAME = "user-timers"
 """Flink's name of the timer service of a ``KeyedProcessOperator``."""
+
+
+class TimerBackend(Protocol):
+    """Everything the timer service uses of the backend it serves: a :class:`KeyContext` (the current key, read and
+    set while registering and firing), plus the raw columns and the snapshot hook its timers persist through.
+    Every ``KeyedStateBackend`` is one; :mod:`timers` imports nothing else of a backend."""
+
+    backend_kind: str
+    key_group_range: Any  # ``start``/``end`` inclusive and ``in``: the owned key groups
+    key: Any
+    key_group: int
+    key_prefix: Optional[bytes]
+
+    def set_current_key_from_prefix(self, prefix: bytes) -> Any: ...
+    def set_current_key_with_prefix(self, key: Any, prefix: bytes) -> None: ...
+    @property
+    def current_key_prefix(self) -> bytes: ...
+    def raw_column(self, name: str) -> RawColumn: ...
+    def add_pre_snapshot_hook(self, hook: Callable[[], None]) -> None: ...
 
 
 def _as_timer(timer: tuple) -> InternalTimer:
@@ -70,7 +89,7 @@ class InternalTimerService:
 
     def __init__(
         self,
-        backend: Any,
+        backend: TimerBackend,
         triggerable: Optional[Triggerable] = None,
         *,
         name: str = DEFAULT_SERVICE_NAME,
@@ -85,16 +104,12 @@ class InternalTimerService:
         self.triggerable = triggerable
         self._event = DomainTimers(backend, f"_timer_state/event_{name}", self.storage, cache_capacity)
         self._processing = DomainTimers(backend, f"_timer_state/processing_{name}", self.storage, cache_capacity)
-        self._event_queue = self._event.queue
-        self._processing_queue = self._processing.queue
-        self._event_add = self._event_queue.add
-        self._processing_add = self._processing_queue.add
+        self.event_queue = self._event.queue
+        self.processing_queue = self._processing.queue
+        self._event_add = self.event_queue.add
+        self._processing_add = self.processing_queue.add
         # prefix -> decoded key, so firing many timers of one key decodes the key once (bounded; see _fire)
         self._keys: dict[bytes, Any] = {}
-        self._set_key_with_prefix = getattr(backend, "set_current_key_with_prefix", None) or (
-            lambda key, prefix: backend.set_current_key_in_group(key, prefix[KEY_GROUP_PREFIX_BYTES:],
-                                                                 (prefix[0] << 8) | prefix[1])
-        )
         self._watermark = MIN_WATERMARK
         self._processing_time = MIN_WATERMARK
         self.current_namespace: Optional[bytes] = None
@@ -108,8 +123,7 @@ class InternalTimerService:
 
     def _timer(self, namespace: bytes, timestamp: Any) -> tuple:
         """The current key's timer at ``timestamp`` as the queues hold it: a plain tuple (see :class:`InternalTimer`)."""
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         prefix = self.backend.current_key_prefix  # raises NoKeyContextError without a current key
         if type(namespace) is not bytes:
             raise ConfigurationError(
@@ -120,33 +134,31 @@ class InternalTimerService:
 
     def register_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_event_time`` for the current key once the watermark reaches ``timestamp`` (epoch ms)."""
-        # the body of _timer, inlined: this runs once per registration
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        # the body of _timer without its calls: this runs once per registration
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         backend = self.backend
-        prefix = backend._current_prefix  # the base backend's fields (hot path); None without a current key
+        prefix = backend.key_prefix  # the key context's field (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._event_add((timestamp, prefix, namespace, backend._current_key_group))
+        self._event_add((timestamp, prefix, namespace, backend.key_group))
 
     def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
-        self._event_queue.remove(self._timer(namespace, timestamp))
+        self.event_queue.remove(self._timer(namespace, timestamp))
 
     def register_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_processing_time`` for the current key once processing time reaches ``timestamp`` (epoch ms)."""
-        # the body of _timer, inlined: this runs once per registration
-        if type(timestamp) is not int or not (0 <= timestamp <= MAX_TIMESTAMP):
-            timestamp = to_epoch_millis(timestamp)
+        # the body of _timer without its calls: this runs once per registration
+        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         backend = self.backend
-        prefix = backend._current_prefix  # the base backend's fields (hot path); None without a current key
+        prefix = backend.key_prefix  # the key context's field (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
-        self._processing_add((timestamp, prefix, namespace, backend._current_key_group))
+        self._processing_add((timestamp, prefix, namespace, backend.key_group))
 
     def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
-        self._processing_queue.remove(self._timer(namespace, timestamp))
+        self.processing_queue.remove(self._timer(namespace, timestamp))
 
     def apply_current_key_changes(self, namespace: bytes, event_time: dict[int, bool],
                                   processing_time: dict[int, bool]) -> None:
@@ -157,13 +169,13 @@ class InternalTimerService:
         already be validated epoch milliseconds.
         """
         backend = self.backend
-        prefix = backend._current_prefix
+        prefix = backend.key_prefix
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, 0)  # raises NoKeyContextError or the namespace error
         if event_time:
-            self._event_queue.apply_changes(event_time, prefix, namespace, backend._current_key_group)
+            self.event_queue.apply_changes(event_time, prefix, namespace, backend.key_group)
         if processing_time:
-            self._processing_queue.apply_changes(processing_time, prefix, namespace, backend._current_key_group)
+            self.processing_queue.apply_changes(processing_time, prefix, namespace, backend.key_group)
 
     # ---- time ----------------------------------------------------------------------------------------------------
 
@@ -214,24 +226,24 @@ class InternalTimerService:
         wrap = not getattr(triggerable, "accepts_timer_tuples", False)
         backend = self.backend
         set_key_from_prefix = backend.set_current_key_from_prefix
-        set_key_with_prefix = self._set_key_with_prefix
+        set_key_with_prefix = backend.set_current_key_with_prefix
         keys = self._keys
-        direct = getattr(type(backend), "set_current_key_with_prefix", None) is _BASE_SET_KEY_WITH_PREFIX
+        direct = type(backend).set_current_key_with_prefix is _BASE_SET_KEY_WITH_PREFIX
         fired = 0
         steps = domain.queue.due(limit)
         try:
             for timer in steps:
                 prefix = timer[1]
-                if prefix is not backend._current_prefix:  # consecutive timers of one key keep its context
+                if prefix is not backend.key_prefix:  # consecutive timers of one key keep its context
                     key = keys.get(prefix)
                     if key is None:
                         if len(keys) >= _KEY_CACHE_SIZE:
                             keys.clear()
                         keys[prefix] = set_key_from_prefix(prefix)
-                    elif direct:  # the base backend's own three fields, without a call per timer
-                        backend._current_key = key
-                        backend._current_key_group = timer[3]
-                        backend._current_prefix = prefix
+                    elif direct:  # the key context's three fields, without a call per timer
+                        backend.key = key
+                        backend.key_group = timer[3]
+                        backend.key_prefix = prefix
                     else:
                         set_key_with_prefix(key, prefix)
                 self.current_namespace = timer[2]

@@ -18,15 +18,15 @@ from typing import Any, Callable, Iterable, Iterator, Optional
 from keyedstate.errors import (
     ConfigurationError,
     KeyGroupNotOwnedError,
-    NoKeyContextError,
     NullKeyError,
     StateDescriptorConflictError,
     StateTypeMismatchError,
     UnknownStateError,
 )
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_assigner, validate_num_key_groups
-from keyedstate.serialization import decode_key, encode_key
-from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, key_group_prefix
+from keyedstate.serialization import encode_key
+from keyedstate.state.base.key_context import KeyContext
+from keyedstate.state.base.layout import EntryCodec, key_group_prefix
 from keyedstate.state.base.stores import ListStore, MapStore, RawColumn, ValueStore
 from keyedstate.state.descriptors import StateDescriptor, StateKind
 
@@ -100,8 +100,8 @@ class RegisteredState:
     primitive: Any
 
 
-class KeyedStateBackend(ABC):
-    """State for the key groups in ``key_group_range``, scoped to the current key.
+class KeyedStateBackend(KeyContext, ABC):
+    """State for the key groups in ``key_group_range``, scoped to the current key (a :class:`KeyContext`).
 
     Not thread-safe: one operator drives one backend, as in Flink (processing, timers and saving key groups never
     run concurrently).
@@ -126,17 +126,14 @@ class KeyedStateBackend(ABC):
         """``key -> key group`` for :meth:`set_current_key`: Spark's, with the key column types inferred from each
         key; the harness replaces it with one of declared types (:func:`keyedstate.keygroups.key_group_assigner`)."""
         self.ttl_clock = ttl_clock
-        self._current_key: Any = None
-        self._current_key_group = -1
-        # 2-byte key group + encoded key; None until a key is set, which makes keyed access fail clearly.
-        self._current_prefix: Optional[bytes] = None
+        KeyContext.__init__(self)
         self._states: dict[str, RegisteredState] = {}
         self._restored_metadata: dict[str, StateMetadata] = {}
         self._raw_columns: dict[str, RawColumn] = {}
         self._pre_snapshot_hooks: list[Callable[[], None]] = []
         self._closed = False
 
-    # ---- current key -------------------------------------------------------------------------------------------
+    # ---- current key (the fields and the rest of the methods: KeyContext) ---------------------------------------
 
     def set_current_key(self, key: Any) -> None:
         """Make ``key`` the key all state access refers to until the next call."""
@@ -154,53 +151,14 @@ class KeyedStateBackend(ABC):
                 f"key {key!r} belongs to key group {key_group}, which this backend (key groups "
                 f"{self.key_group_range.start}..{self.key_group_range.end}) does not own"
             )
-        self._current_key = key
-        self._current_key_group = key_group
-        self._current_prefix = key_group_prefix(key_group) + encoded_key
-
-    def set_current_key_from_prefix(self, prefix: bytes) -> Any:
-        """Set the current key from a stored ``key group + encoded key`` prefix (timers restore keys this way)."""
-        key, _ = decode_key(prefix, KEY_GROUP_PREFIX_BYTES)
-        self._current_key = key
-        self._current_key_group = int.from_bytes(prefix[:KEY_GROUP_PREFIX_BYTES], "big")
-        self._current_prefix = prefix
-        return key
-
-    def set_current_key_with_prefix(self, key: Any, prefix: bytes) -> None:
-        """Set the current key when its ``key group + encoded key`` prefix is already known and owned (the timer
-        service's hot path while firing: no encoding, hashing or range check)."""
-        self._current_key = key
-        self._current_key_group = (prefix[0] << 8) | prefix[1]
-        self._current_prefix = prefix
-
-    def get_current_key(self) -> Any:
-        if self._current_prefix is None:
-            raise NoKeyContextError(
-                "there is no current key: keyed state and timers can only be used inside process_element or "
-                "on_timer of a keyed function"
-            )
-        return self._current_key
-
-    @property
-    def current_key_group(self) -> int:
-        self.get_current_key()
-        return self._current_key_group
-
-    @property
-    def current_key_prefix(self) -> bytes:
-        """``key group + encoded key`` of the current key."""
-        self.get_current_key()
-        return self._current_prefix  # type: ignore[return-value]
-
-    def clear_current_key(self) -> None:
-        self._current_key = None
-        self._current_key_group = -1
-        self._current_prefix = None
+        self.key = key
+        self.key_group = key_group
+        self.key_prefix = key_group_prefix(key_group) + encoded_key
 
     def composite(self, namespace: bytes) -> bytes:
         """The stored key prefix of the current key in ``namespace`` (hot path of every store)."""
         try:
-            return self._current_prefix + namespace  # type: ignore[operator]
+            return self.key_prefix + namespace  # type: ignore[operator]
         except TypeError:
             self.get_current_key()
             raise

@@ -12,6 +12,7 @@ from types import MethodType
 from typing import Any
 
 from keyedstate.compiled import fastpath
+from keyedstate.state.base.key_context import KEY_PREFIX_FIELD
 from keyedstate.state.heap.stores import HeapValueStore
 from keyedstate.state.primitives import ValueState
 
@@ -39,7 +40,7 @@ class HeapValueState(ValueState):
         self._key_prefix = _NOTHING_STORED
 
     def value(self) -> Any:
-        prefix = self._backend._current_prefix
+        prefix = self._backend.key_prefix
         if prefix is not self._key_prefix:
             if prefix is None:  # no current key: the store raises the right error
                 return self._store.get(self._namespace)
@@ -55,7 +56,7 @@ class HeapValueState(ValueState):
         accepts = self._accepts
         if accepts is not None and type(value) not in self._exact_types and not accepts(value):
             self._codec.check_write(value)
-        prefix = self._backend._current_prefix
+        prefix = self._backend.key_prefix
         if prefix is not self._key_prefix:
             if prefix is None:  # no current key
                 store.put(self._namespace, value)
@@ -80,6 +81,7 @@ class CompiledHeapValueState(HeapValueState):
         self._access = fastpath.HeapValueAccess(  # type: ignore[union-attr]
             data=store.data,
             backend=backend,
+            prefix_field=KEY_PREFIX_FIELD,
             namespace=self._namespace,
             exact_types=None if self._accepts is None else self._exact_types,
             slow_value=MethodType(HeapValueState.value, self),

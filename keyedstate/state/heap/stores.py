@@ -45,13 +45,13 @@ class HeapValueStore(ValueStore):
     # get and put run once per state access: the backend's ``composite`` is inlined (its field, not its method)
     def get(self, namespace: bytes) -> Any:
         try:
-            return self.data.get(self._backend._current_prefix + namespace)
+            return self.data.get(self._backend.key_prefix + namespace)
         except TypeError:  # no current key (prefix None): composite raises the right error
             return self.data.get(self._backend.composite(namespace))
 
     def put(self, namespace: bytes, entry: Any) -> None:
         try:
-            key = self._backend._current_prefix + namespace
+            key = self._backend.key_prefix + namespace
         except TypeError:
             key = self._backend.composite(namespace)
         if self._validate is not None:

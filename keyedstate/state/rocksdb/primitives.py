@@ -36,7 +36,7 @@ class RocksDBValueState(ValueState):
 
     def value(self) -> Any:
         store = self._store
-        prefix = self._backend._current_prefix
+        prefix = self._backend.key_prefix
         if prefix is not self._key_prefix:
             if prefix is None:
                 return store.get(self._namespace)  # raises NoKeyContextError
@@ -88,7 +88,7 @@ class RocksDBValueState(ValueState):
         if accepts is not None and type(value) not in self._exact_types and not accepts(value):
             self._codec.check_write(value)
         store = self._store
-        prefix = self._backend._current_prefix
+        prefix = self._backend.key_prefix
         if prefix is not self._key_prefix:
             if prefix is None:
                 store.put(self._namespace, value)  # raises NoKeyContextError

@@ -61,7 +61,7 @@ class _RocksStore:
 
     def _prefix(self, namespace: bytes) -> bytes:
         try:
-            return self._backend._current_prefix + namespace
+            return self._backend.key_prefix + namespace
         except TypeError:
             self._backend.get_current_key()  # raises NoKeyContextError
             raise
@@ -129,7 +129,7 @@ class RocksDBValueStore(_RocksStore, ValueStore):
             self.write_pending()
             self.forget_memo()
         try:
-            data = self._cf.get(self._backend._current_prefix + namespace)
+            data = self._cf.get(self._backend.key_prefix + namespace)
         except TypeError:
             self._backend.get_current_key()
             raise
@@ -156,7 +156,7 @@ class RocksDBValueStore(_RocksStore, ValueStore):
         except Exception:
             data = self._serialize(entry)  # raises the codec's error naming the state
         try:
-            self._cf.put(self._backend._current_prefix + namespace, data)
+            self._cf.put(self._backend.key_prefix + namespace, data)
         except TypeError:
             self._backend.get_current_key()
             raise

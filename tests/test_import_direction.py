@@ -1,0 +1,144 @@
+"""Package dependencies go one way: a first-party import against the rules below fails here, naming the module, the
+import and the rule.
+
+The three top-level packages are layered. ``keyedstate``'s core (state, serialization, key groups, the API types)
+knows nothing of ``timers`` or ``connectors``. ``timers`` sits on a few declared parts of that core: above all the
+key context (the current key, its key group and prefix) and the raw columns its timers persist in. The parts of
+``keyedstate`` that drive operators (``operator``, ``spark``, ``testing``) use ``timers``. ``connectors`` uses only
+the public checkpoint-listener protocol, the public error classes (so one ``except KeyedStateError`` catches
+connector errors too) and the Spark version gate. ``tests``, ``bench``, ``examples`` and ``scripts`` may import
+anything.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIRST_PARTY = ("keyedstate", "timers", "connectors")
+
+TIMERS_USES = (
+    "keyedstate.state.base.key_context",  # the current key: KeyContext, the interface timers are written against
+    "keyedstate.state.base.stores",  # RawColumn: where timers persist
+    "keyedstate.state.base.layout",  # the key-group prefix of stored keys, the void namespace
+    "keyedstate.keygroups",  # key-group assignment (the key-group owner module)
+    "keyedstate.serialization",  # decoding a timer's key
+    "keyedstate.api.time_domain",  # TimeDomain and the watermark bounds
+    "keyedstate.errors",
+    "keyedstate.compiled",  # the switch choosing the compiled fast path
+)
+
+# importing module (the longest matching prefix wins) -> the first-party modules it may import (prefixes)
+RULES: dict[str, tuple[str, ...]] = {
+    "keyedstate": ("keyedstate",),
+    "keyedstate.operator": ("keyedstate", "timers"),
+    "keyedstate.spark": ("keyedstate", "timers"),
+    "keyedstate.testing": ("keyedstate", "timers"),
+    "timers": ("timers", *TIMERS_USES),
+    "connectors": ("connectors", "keyedstate.checkpoint.listener", "keyedstate.errors", "keyedstate.spark.compat"),
+}
+
+
+def _modules() -> Iterator[tuple[str, Path]]:
+    for package in FIRST_PARTY:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            yield ".".join(parts), path
+
+
+def _imports(module: str, path: Path, *, executed_only: bool = False) -> Iterator[tuple[int, str]]:
+    """(line, imported module) of every first-party import; ``executed_only``: only those run at import time (not
+    inside functions or ``if TYPE_CHECKING``)."""
+    is_package = path.name == "__init__.py"
+
+    def visit(node: ast.AST) -> Iterator[tuple[int, str]]:
+        for child in ast.iter_child_nodes(node):
+            if executed_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if executed_only and isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                yield from (item for stmt in child.orelse for item in visit_stmt(stmt))
+                continue
+            yield from visit_stmt(child)
+
+    def visit_stmt(node: ast.AST) -> Iterator[tuple[int, str]]:
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            yield node.lineno, base
+            for alias in node.names:  # ``from package import module``
+                yield node.lineno, f"{base}.{alias.name}"
+        yield from visit(node)
+
+    for line, name in visit(ast.parse(path.read_text(), str(path))):
+        if name.split(".")[0] in FIRST_PARTY:
+            yield line, name
+
+
+def _matches(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _rule_of(module: str) -> str:
+    return max((prefix for prefix in RULES if _matches(module, prefix)), key=len)
+
+
+def _violations() -> list[str]:
+    known = {module for module, _ in _modules()}
+    found = []
+    for module, path in _modules():
+        rule = _rule_of(module)
+        for line, name in _imports(module, path):
+            if name not in known and name.rpartition(".")[0] in known:
+                continue  # ``from module import name``: the module itself was checked
+            if not any(_matches(name, allowed) for allowed in RULES[rule]):
+                found.append(f"{path.relative_to(REPO)}:{line}: {module} imports {name}, but rule {rule!r} allows "
+                             f"only {', '.join(RULES[rule])}")
+    return found
+
+
+def test_every_first_party_import_follows_the_declared_direction():
+    assert _violations() == []
+
+
+def test_what_timers_uses_of_keyedstate_never_imports_timers_back():
+    """No cycle through the declared dependencies: importing what ``timers`` uses never executes an import of
+    ``timers`` (or of ``connectors``), counting the packages' ``__init__`` modules Python runs on the way."""
+    paths = dict(_modules())
+    graph = {module: {name for _, name in _imports(module, path, executed_only=True)} for module, path in
+             paths.items()}
+    seen: set[str] = set()
+    todo = [name for name in TIMERS_USES if name in paths]
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parents = [".".join(module.split(".")[:i]) for i in range(1, module.count(".") + 1)]
+        todo += [name for name in [*graph.get(module, ()), *parents] if name in paths]
+    reached = sorted(module for module in seen if module.split(".")[0] != "keyedstate")
+    assert reached == [], f"timers' dependencies import {reached} back"
+
+
+@pytest.mark.parametrize("module, source, rule", [
+    ("timers.service", "from keyedstate.state.base.backend import KeyedStateBackend", "timers"),
+    ("keyedstate.state.heap.backend", "import timers", "keyedstate"),
+    ("connectors.kafka.source", "from keyedstate.operator import KeyedProcessOperator", "connectors"),
+    ("keyedstate.errors", "from connectors.kafka import KafkaSource", "keyedstate"),
+])
+def test_an_import_against_the_direction_is_caught(tmp_path, module, source, rule):
+    path = tmp_path / "module.py"
+    path.write_text(f"{source}\n")
+    imported = [name for _, name in _imports(module, path)]
+    assert _rule_of(module) == rule
+    assert not all(any(_matches(name, allowed) for allowed in RULES[rule]) for name in imported)
