@@ -28,7 +28,7 @@ from keyedstate import (
     Types,
     ValueStateDescriptor,
 )
-from keyedstate.keygroups import key_group_for_key
+from keyedstate.keygroups import key_group_of_key
 from keyedstate.operator import KeyedProcessOperator
 from keyedstate.serialization import encode_key
 from keyedstate.spark.group_function import _RUNTIMES, EVENT_TIME, GroupFunctionSpec, make_group_function
@@ -191,7 +191,7 @@ def through_key_runs(seed: int) -> list[Any]:
     """The operator's key runs over many key groups (the group function uses one), tracing every pending timer and
     every stored record after each batch."""
     rng = random.Random(seed)
-    operator = KeyedProcessOperator(Chaos(), HeapKeyedStateBackend(max_parallelism=16, validate_writes=False))
+    operator = KeyedProcessOperator(Chaos(), HeapKeyedStateBackend(num_key_groups=16, validate_writes=False))
     operator.open()
     keys = [f"{key}-{n}" for key in KEYS for n in range(4)]
     service = operator.timer_service
@@ -203,7 +203,7 @@ def through_key_runs(seed: int) -> list[Any]:
             for _, ts, op, a in rng.sample(batch, rng.randrange(1, min(6, len(batch)) + 1)):
                 values.append(Row(key=key, op=op, a=a))
                 timestamps.append(ts)
-            runs.append((key, key_group_prefix(key_group_for_key(key, 16)) + encode_key(key), start, len(values)))
+            runs.append((key, key_group_prefix(key_group_of_key(key, 16)) + encode_key(key), start, len(values)))
         operator.advance_processing_time(10_000 + 40 * number)
         operator.process_key_runs(runs, values, timestamps)
         operator.backend.clear_current_key()
