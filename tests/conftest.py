@@ -15,6 +15,28 @@ if REPO_ROOT not in _paths:
     os.environ["PYTHONPATH"] = os.pathsep.join([REPO_ROOT, *_paths])
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "compiled_only: tests the compiled extension itself; deselected when "
+                            "KEYEDSTATE_PURE_PYTHON turns it off")
+
+
+def pytest_collection_modifyitems(config, items):
+    """With ``KEYEDSTATE_PURE_PYTHON=1`` (the suite's second pass in ``make test``) the compiled variants of the
+    tests that run both ways are deselected: there is no compiled path to test, and the Python variant runs."""
+    from keyedstate import compiled
+
+    if os.environ.get(compiled.PURE_PYTHON_VARIABLE, "").strip().lower() in ("", "0", "false", "no"):
+        return
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        (drop if params.get("implementation") == "compiled" or item.get_closest_marker("compiled_only") else keep
+         ).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
 @pytest.fixture(params=["compiled", "python"])
 def implementation(request, monkeypatch):
     """Run the test with the compiled fast path (keyedstate.compiled) and again with the pure-Python code it

@@ -35,6 +35,7 @@ def _probe(value: str | None) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.compiled_only
 def test_the_install_built_the_fast_path():
     if os.environ.get(PURE_PYTHON_VARIABLE):
         pytest.fail(f"{PURE_PYTHON_VARIABLE} is set for the test suite; unset it to test the compiled path")
@@ -51,6 +52,7 @@ def test_keyedstate_pure_python_runs_the_python_implementation(value):
     assert _probe(value) == "False HeapValueState False False False"
 
 
+@pytest.mark.compiled_only
 @pytest.mark.parametrize("type_name, method", [("TimerFlush", "call"), ("TimerCall", "call"),
                                                ("HeapValueAccess", "value")])
 def test_a_compiled_object_created_without_init_raises_instead_of_crashing(type_name, method):
@@ -86,6 +88,7 @@ def test_every_attribute_the_compiled_types_read_is_declared_where_it_lives():
     assert getattr(CoalescingTimerService(service), COLLECTING_FIELD) is False
 
 
+@pytest.mark.compiled_only
 def test_a_compiled_type_refuses_an_object_without_the_declared_attribute():
     if fastpath is None:
         pytest.fail("keyedstate._fastpath is not built")

@@ -30,7 +30,7 @@ def _traces(pure: bool) -> dict[int, dict]:
     return {trace.pop("seed"): trace for trace in traces}
 
 
-@pytest.mark.skipif(fastpath is None, reason="needs the compiled extension to compare against")
+@pytest.mark.compiled_only
 def test_the_compiled_and_the_python_implementation_give_identical_traces():
     compiled, pure = _traces(pure=False), _traces(pure=True)
     assert all(trace.pop("compiled") for trace in compiled.values())

@@ -157,7 +157,8 @@ def test_row_factory_keeps_row_lookups_for_tuple_method_names():
     assert row.value == 3 and row.asDict() == {"count": 1, "index": 2, "value": 4}  # as pyspark's Row does
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "python"])
+@pytest.mark.parametrize("compiled", [pytest.param(True, marks=pytest.mark.compiled_only), False],
+                         ids=["compiled", "python"])
 def test_rows_builder_makes_the_rows_row_factory_makes_from_columns(monkeypatch, compiled):
     import keyedstate.spark.group_elements as group_elements
 

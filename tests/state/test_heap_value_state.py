@@ -14,7 +14,7 @@ from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.heap.primitives import CompiledHeapValueState, HeapValueState
 from keyedstate.state.primitives import ValueState, create_primitive
 
-IMPLEMENTATIONS = [HeapValueState, CompiledHeapValueState]
+IMPLEMENTATIONS = [HeapValueState, pytest.param(CompiledHeapValueState, marks=pytest.mark.compiled_only)]
 
 
 def _generic(backend, name, type_info):
