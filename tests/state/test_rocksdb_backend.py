@@ -167,7 +167,7 @@ def test_cleanup_expired_state_deletes_from_rocksdb(backend, clock):
     assert backend.cleanup_expired_state() == 0
     clock.advance(1)  # last_access + ttl <= now
     assert backend.cleanup_expired_state() == 100
-    assert backend.count_stored_records("v") == 0
+    assert list(backend.iter_stored_records("v")) == []
 
 
 # ---- options -------------------------------------------------------------------------------------------------------

@@ -6,13 +6,11 @@ from typing import Any
 
 import pytest
 
-from timer_helpers import ROCKSDB_AVAILABLE, SETUPS, Setup
+from timer_helpers import SETUPS, Setup
 
 
 @pytest.fixture(params=SETUPS)
 def setup(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
-    if request.param == "rocksdb" and not ROCKSDB_AVAILABLE:
-        pytest.skip("the RocksDB backend (keyedstate/state/rocksdb) is not available yet")
     made = Setup(request.param, tmp_path)
     yield made
     made.close()

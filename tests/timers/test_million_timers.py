@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from timer_helpers import ROCKSDB_AVAILABLE, Setup, snapshot_restore
+from timer_helpers import Setup, snapshot_restore
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import MAX_WATERMARK, InternalTimerService, TimeDomain
 
@@ -44,7 +44,6 @@ class CountingTrigger:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not ROCKSDB_AVAILABLE, reason="the RocksDB backend is not available yet")
 def test_a_million_timers_survive_a_rocksdb_snapshot_and_fire_exactly_once_in_order(tmp_path):
     setup = Setup("rocksdb", tmp_path, cache_capacity=128)
     try:

@@ -6,7 +6,6 @@ import random
 
 import pytest
 
-from timer_helpers import ROCKSDB_AVAILABLE
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
 from keyedstate.state.heap.stores import HeapRawColumn
@@ -25,8 +24,6 @@ def column(request, tmp_path):
     if request.param == "heap-column":
         yield HeapRawColumn("t")
         return
-    if not ROCKSDB_AVAILABLE:
-        pytest.skip("the RocksDB backend is not available yet")
     from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
 
     backend = RocksDBKeyedStateBackend(tmp_path / "db")

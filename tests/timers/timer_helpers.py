@@ -6,23 +6,18 @@ per-key-group save/restore step the harness uses).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
-
 
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing.snapshots import harness_store
 from timers import InternalTimer, InternalTimerService, TimeDomain
 
-import keyedstate.state as _state_pkg
-
-ROCKSDB_AVAILABLE = os.path.exists(os.path.join(os.path.dirname(_state_pkg.__file__), "rocksdb", "__init__.py"))
 
 # (backend kind, timer storage): heap timers on the heap backend; the RocksDB timer storage on the RocksDB backend
 # (a real database in tmp_path); and the RocksDB timer storage over the heap backend's sorted in-memory column,
-# which exercises the write-through / head-cache logic with a tiny cache even where RocksDB is not available.
+# which exercises the write-through / head-cache logic with a tiny cache over a second kind of column.
 SETUPS = ["heap", "rocksdb", "column-on-heap"]
 
 

@@ -216,16 +216,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             stored.update(registered.store.data)
         return len(stored)
 
-    def state_size(self) -> int:
-        """Number of stored entries (map entries and list elements counted one by one)."""
-        total = 0
-        for registered in self._states.values():
-            data = registered.store.data
-            if registered.descriptor.kind in (StateKind.LIST, StateKind.MAP):
-                total += sum(len(v) for v in data.values())
-            else:
-                total += len(data)
-        return total
 
 _RAW_PREFIX = "\x01raw:"
 

@@ -165,9 +165,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         family = self._database.column_families.get(RAW_CF_PREFIX + name)
         return iter(()) if family is None else iter(family.items())
 
-    def count_stored_records(self, state_name: str) -> int:
-        return sum(1 for _ in self._family_of_state(state_name).keys())
-
     # ---- one key group's records (see KeyedStateBackend) ----------------------------------------------------------
 
     def export_records(self) -> list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]:
