@@ -1,4 +1,4 @@
-"""Builds the optional C fast path (keyedstate/compiled.py); everything else is configured in pyproject.toml."""
+"""Builds the optional C fast path (keyedstate/fastpath.py); everything else is configured in pyproject.toml."""
 
 from setuptools import Extension, setup
 

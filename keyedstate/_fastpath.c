@@ -4,7 +4,7 @@
  * key's elements run are single dict operations; as Python methods, the call itself costs several times the dict
  * operation. These types do the common case in C and hand everything else (no current key, a value that needs the
  * type check, a timestamp that is not a plain int in range, calls outside a run of elements) to the Python
- * implementation they were built with, which stays the definition of the behaviour: see keyedstate/compiled.py.
+ * implementation they were built with, which stays the definition of the behaviour: see keyedstate/fastpath.py.
  * TimerFlush applies a key's collected timer calls to the heap timer queues the same way, and rows_from_columns
  * builds the Spark group function's element Rows.
  *
@@ -245,7 +245,7 @@ static PyMethodDef access_methods[] = {
 static PyTypeObject HeapValueAccessType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.HeapValueAccess",
-    .tp_doc = "value()/update() of one heap ValueState without TTL (see keyedstate.compiled).",
+    .tp_doc = "value()/update() of one heap ValueState without TTL (see keyedstate.fastpath).",
     .tp_basicsize = sizeof(HeapValueAccess),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -362,7 +362,7 @@ static PyMethodDef timer_call_methods[] = {
 static PyTypeObject TimerCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.TimerCall",
-    .tp_doc = "One collected timer call of CoalescingTimerService (see keyedstate.compiled).",
+    .tp_doc = "One collected timer call of CoalescingTimerService (see keyedstate.fastpath).",
     .tp_basicsize = sizeof(TimerCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -622,7 +622,7 @@ static PyMethodDef timer_flush_methods[] = {
 static PyTypeObject TimerFlushType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.TimerFlush",
-    .tp_doc = "CoalescingTimerService.flush over heap timer queues (see keyedstate.compiled).",
+    .tp_doc = "CoalescingTimerService.flush over heap timer queues (see keyedstate.fastpath).",
     .tp_basicsize = sizeof(TimerFlush),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -720,7 +720,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef fastpath_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "keyedstate._fastpath",
-    .m_doc = "Compiled fast path of per-element state and timer calls (optional; see keyedstate.compiled).",
+    .m_doc = "Compiled fast path of per-element state and timer calls (optional; see keyedstate.fastpath).",
     .m_size = -1,
     .m_methods = module_methods,
 };

@@ -23,9 +23,9 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """With ``KEYEDSTATE_PURE_PYTHON=1`` (the suite's second pass in ``make test``) the compiled variants of the
     tests that run both ways are deselected: there is no compiled path to test, and the Python variant runs."""
-    from keyedstate import compiled
+    from keyedstate.fastpath import PURE_PYTHON_VARIABLE
 
-    if os.environ.get(compiled.PURE_PYTHON_VARIABLE, "").strip().lower() in ("", "0", "false", "no"):
+    if os.environ.get(PURE_PYTHON_VARIABLE, "").strip().lower() in ("", "0", "false", "no"):
         return
     keep, drop = [], []
     for item in items:
@@ -39,16 +39,16 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(params=["compiled", "python"])
 def implementation(request, monkeypatch):
-    """Run the test with the compiled fast path (keyedstate.compiled) and again with the pure-Python code it
+    """Run the test with the compiled fast path (keyedstate.fastpath) and again with the pure-Python code it
     stands in for; the choice is read when state primitives and timer services are created."""
-    from keyedstate import compiled
+    from keyedstate.fastpath import fastpath
     from keyedstate.state.heap import primitives
-    from timers import facade
+    from timers import user_service
 
     if request.param == "python":
-        for module in (primitives, facade):
+        for module in (primitives, user_service):
             monkeypatch.setattr(module, "fastpath", None)
-    elif compiled.fastpath is None:
+    elif fastpath is None:
         pytest.fail(
             "keyedstate._fastpath is not built (or KEYEDSTATE_PURE_PYTHON is set): reinstall with a C compiler "
             "available (make venv) to test the compiled path"

@@ -29,7 +29,7 @@ TIMERS_USES = (
     "keyedstate.serialization",  # decoding a timer's key
     "keyedstate.api.time_domain",  # TimeDomain and the watermark bounds
     "keyedstate.errors",
-    "keyedstate.compiled",  # the switch choosing the compiled fast path
+    "keyedstate.fastpath",  # the switch choosing the compiled fast path
 )
 
 # importing module (the longest matching prefix wins) -> the first-party modules it may import (prefixes)

@@ -22,7 +22,7 @@ from timers.codec import (
     encode_record,
 )
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
-from timers.facade import CoalescingTimerService, TimerService
+from timers.user_service import CoalescingTimerService, TimerService
 from timers.heap_partitioned import HeapPartitionedTimerQueue
 from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue

@@ -40,7 +40,7 @@ from keyedstate.state.base.key_context import KeyContext
 from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_key_group_blob, encode_key_group_blob
 from timers.column_queue import DEFAULT_CACHE_CAPACITY
-from timers.storage import DomainTimers, TimerStorage, resolve_storage
+from timers.storage import TimeDomainQueue, TimerStorage, resolve_storage
 from timers.time import MAX_WATERMARK, MIN_WATERMARK, to_epoch_millis, to_time_bound
 from timers.timer import InternalTimer, Triggerable
 
@@ -102,8 +102,8 @@ class InternalTimerService:
         self.name = name
         self.storage = resolve_storage(storage, backend)
         self.triggerable = triggerable
-        self._event = DomainTimers(backend, f"_timer_state/event_{name}", self.storage, cache_capacity)
-        self._processing = DomainTimers(backend, f"_timer_state/processing_{name}", self.storage, cache_capacity)
+        self._event = TimeDomainQueue(backend, f"_timer_state/event_{name}", self.storage, cache_capacity)
+        self._processing = TimeDomainQueue(backend, f"_timer_state/processing_{name}", self.storage, cache_capacity)
         self.event_queue = self._event.queue
         self.processing_queue = self._processing.queue
         self._event_add = self.event_queue.add
@@ -165,7 +165,7 @@ class InternalTimerService:
         """Apply collected registrations (True) and deletions (False) of the current key's timers, per timestamp.
 
         The net effect of any sequence of register/delete calls on one timer is its last call, so
-        :class:`~timers.facade.CoalescingTimerService` keeps only that and hands it over here. Timestamps must
+        :class:`~timers.user_service.CoalescingTimerService` keeps only that and hands it over here. Timestamps must
         already be validated epoch milliseconds.
         """
         backend = self.backend
@@ -216,7 +216,7 @@ class InternalTimerService:
         """
         return self.advance_watermark(MAX_WATERMARK)
 
-    def _fire(self, domain: DomainTimers, limit: int, event_time: bool) -> int:
+    def _fire(self, domain: TimeDomainQueue, limit: int, event_time: bool) -> int:
         triggerable = self.triggerable
         if triggerable is None:
             if domain.queue.peek() is None or domain.queue.peek()[0] > limit:  # type: ignore[index]
@@ -257,7 +257,7 @@ class InternalTimerService:
 
     # ---- inspection --------------------------------------------------------------------------------------------
 
-    def _domain(self, domain: TimeDomain) -> DomainTimers:
+    def _domain(self, domain: TimeDomain) -> TimeDomainQueue:
         if domain is TimeDomain.EVENT_TIME:
             return self._event
         if domain is TimeDomain.PROCESSING_TIME:

@@ -29,7 +29,7 @@ from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
 from timers.timer import InternalTimer
 
-__all__ = ["TimerStorage", "DomainTimers", "resolve_storage"]
+__all__ = ["TimerStorage", "TimeDomainQueue", "resolve_storage"]
 
 
 class TimerStorage(str, enum.Enum):
@@ -51,7 +51,7 @@ def resolve_storage(storage: Union[TimerStorage, str, None], backend: Any) -> Ti
         ) from None
 
 
-class DomainTimers:
+class TimeDomainQueue:
     """The timers of one time domain of one service: a key-group partitioned queue bound to its raw column."""
 
     __slots__ = ("column", "storage", "queue", "_range")

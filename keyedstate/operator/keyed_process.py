@@ -22,7 +22,7 @@ from keyedstate.errors import ConfigurationError, KeyedStateError, UserFunctionE
 from keyedstate.operator.outputs import OutputBuffer, short_repr
 from keyedstate.state.base.backend import KeyedStateBackend
 from timers import InternalTimerService, TimerService
-from timers.facade import CoalescingTimerService
+from timers.user_service import CoalescingTimerService
 
 __all__ = ["KeyedProcessOperator"]
 

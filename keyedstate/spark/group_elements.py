@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from pyspark.sql import Row
 
-from keyedstate.compiled import fastpath
+from keyedstate.fastpath import fastpath
 
 __all__ = ["row_factory", "rows_builder", "column_values", "key_codes", "group_order", "first_null"]
 

@@ -17,7 +17,7 @@ from keyedstate.serialization import encode_key
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing import KeyedProcessHarness
 from timers import TimeDomain
-from timers.facade import CoalescingTimerService
+from timers.user_service import CoalescingTimerService
 
 NUM_KEY_GROUPS = 16
 

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from keyedstate import StateTtlConfig, Time, Types, ValueStateDescriptor
-from keyedstate.compiled import fastpath
+from keyedstate.fastpath import fastpath
 from keyedstate.errors import NoKeyContextError, StateTypeMismatchError
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.heap.primitives import CompiledHeapValueState, HeapValueState

@@ -9,7 +9,7 @@ import pytest
 from keyedstate.errors import InvalidTimestampError, NoKeyContextError
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import TimeDomain, TimerService
-from timers.facade import CoalescingTimerService
+from timers.user_service import CoalescingTimerService
 
 from test_semantics import at, make
 

@@ -428,7 +428,7 @@ def test_end_of_input_fires_every_event_time_timer_but_no_processing_time_timer(
     assert service.num_processing_time_timers() == 1
 
 
-# ---- the facade ----------------------------------------------------------------------------------------------------
+# ---- the user-facing timer service ---------------------------------------------------------------------------------
 
 
 def test_timer_service_facade_uses_pyflink_names_and_the_void_namespace(setup):

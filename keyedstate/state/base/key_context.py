@@ -4,7 +4,7 @@ This is the whole interface the timer service (:mod:`timers`) and the compiled f
 depend on; every keyed state backend is a :class:`KeyContext`. Three public fields describe the current key, and
 hot paths (every state access, every timer registration, firing timers key after key) read them directly instead of
 calling a method: an attribute read is the cheapest thing Python does, and the fields are declared here, once, so a
-rename is a change of this interface (``tests/test_compiled.py`` checks the names the compiled module reads).
+rename is a change of this interface (``tests/test_fastpath.py`` checks the names the compiled module reads).
 
 * ``key``: the current key (a Python value), None without one.
 * ``key_group``: its key group, -1 without one.

@@ -3,7 +3,7 @@
 ``ValueState.value()`` and ``update()`` run once or twice per element; over a heap store each went through two
 Python calls (the primitive, then the store). :class:`HeapValueState` reads and writes the store's dict itself and
 falls back to the store's methods for everything unusual (no current key, write validation, clearing).
-:class:`CompiledHeapValueState` runs the same two calls in C when the fast path is built (:mod:`keyedstate.compiled`).
+:class:`CompiledHeapValueState` runs the same two calls in C when the fast path is built (:mod:`keyedstate.fastpath`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import MethodType
 from typing import Any
 
-from keyedstate.compiled import fastpath
+from keyedstate.fastpath import fastpath
 from keyedstate.state.base.key_context import KEY_PREFIX_FIELD
 from keyedstate.state.heap.stores import HeapValueStore
 from keyedstate.state.primitives import ValueState

@@ -1,6 +1,6 @@
-"""A randomized workload for the differential test of the compiled fast path (tests/test_compiled_differential.py).
+"""A randomized workload for the differential test of the compiled fast path (tests/test_fastpath_differential.py).
 
-Run as ``python -m tests.compiled_workload SEED...``: prints one JSON trace per seed of everything a user could
+Run as ``python -m tests.fastpath_workload SEED...``: prints one JSON trace per seed of everything a user could
 observe — every output record in order, the state of every key and the pending timers after every batch — from
 a function that registers and deletes timers of both domains while elements run and while timers fire, and uses
 value, list and map state. The workload runs through the Spark group function (key runs, the compiled row
@@ -217,7 +217,7 @@ def through_key_runs(seed: int) -> list[Any]:
 
 
 def main(seeds: list[int]) -> None:
-    from keyedstate.compiled import fastpath
+    from keyedstate.fastpath import fastpath
 
     for seed in seeds:
         print(json.dumps({"seed": seed, "compiled": fastpath is not None,

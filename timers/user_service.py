@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from keyedstate.compiled import fastpath
+from keyedstate.fastpath import fastpath
 from keyedstate.state.base.key_context import KEY_GROUP_FIELD, KEY_PREFIX_FIELD
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers.heap_partitioned import HeapPartitionedTimerQueue

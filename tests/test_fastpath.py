@@ -1,4 +1,4 @@
-"""keyedstate.compiled: the C fast path is built by the install, and KEYEDSTATE_PURE_PYTHON turns it off."""
+"""keyedstate.fastpath: the C fast path is built by the install, and KEYEDSTATE_PURE_PYTHON turns it off."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import sys
 
 import pytest
 
-from keyedstate.compiled import PURE_PYTHON_VARIABLE, fastpath
+from keyedstate.fastpath import PURE_PYTHON_VARIABLE, fastpath
 
 _PROBE = """
-from keyedstate.compiled import fastpath
+from keyedstate.fastpath import fastpath
 from keyedstate import Types, ValueStateDescriptor
 from keyedstate.state.heap import HeapKeyedStateBackend
-from timers.facade import CoalescingTimerService
+from timers.user_service import CoalescingTimerService
 from timers import InternalTimerService
 backend = HeapKeyedStateBackend(validate_writes=False)
 state = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
@@ -70,7 +70,7 @@ def test_every_attribute_the_compiled_types_read_is_declared_where_it_lives():
     from keyedstate.state.base.key_context import KEY_GROUP_FIELD, KEY_PREFIX_FIELD
     from keyedstate.state.heap import HeapKeyedStateBackend
     from timers import InternalTimerService
-    from timers.facade import _FLUSH_FIELDS, COLLECTING_FIELD, CoalescingTimerService
+    from timers.user_service import _FLUSH_FIELDS, COLLECTING_FIELD, CoalescingTimerService
 
     backend = HeapKeyedStateBackend()
     service = InternalTimerService(backend, None)

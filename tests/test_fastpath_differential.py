@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from keyedstate.compiled import PURE_PYTHON_VARIABLE, fastpath
+from keyedstate.fastpath import PURE_PYTHON_VARIABLE, fastpath
 
 SEEDS = [str(seed) for seed in range(40)]
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ def _traces(pure: bool) -> dict[int, dict]:
     env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_VARIABLE}
     if pure:
         env[PURE_PYTHON_VARIABLE] = "1"
-    result = subprocess.run([sys.executable, "-m", "tests.compiled_workload", *SEEDS], cwd=REPO, env=env,
+    result = subprocess.run([sys.executable, "-m", "tests.fastpath_workload", *SEEDS], cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     traces = [json.loads(line) for line in result.stdout.splitlines()]

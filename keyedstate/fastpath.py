@@ -25,7 +25,7 @@ __all__ = ["fastpath", "PURE_PYTHON_VARIABLE"]
 
 PURE_PYTHON_VARIABLE = "KEYEDSTATE_PURE_PYTHON"
 
-logger = logging.getLogger("keyedstate.compiled")
+logger = logging.getLogger("keyedstate.fastpath")
 
 
 def _load() -> Optional[ModuleType]:
