@@ -120,35 +120,28 @@ class CoalescingTimerService(TimerService):
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
-        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
-        if self.collecting:
-            self._processing_time[timestamp] = True
-        else:
-            self._service.register_processing_time_timer(VOID_NAMESPACE, timestamp)
+        self._collect(self._processing_time, True, self._service.register_processing_time_timer, timestamp)
 
     def register_event_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
-        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
-        if self.collecting:
-            self._event_time[timestamp] = True
-        else:
-            self._service.register_event_time_timer(VOID_NAMESPACE, timestamp)
+        self._collect(self._event_time, True, self._service.register_event_time_timer, timestamp)
 
     def delete_processing_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
-        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
-        if self.collecting:
-            self._processing_time[timestamp] = False
-        else:
-            self._service.delete_processing_time_timer(VOID_NAMESPACE, timestamp)
+        self._collect(self._processing_time, False, self._service.delete_processing_time_timer, timestamp)
 
     def delete_event_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
+        self._collect(self._event_time, False, self._service.delete_event_time_timer, timestamp)
+
+    def _collect(self, changes: dict, registered: bool, direct: Any, timestamp: Any) -> None:
+        """While collecting, the last call per timestamp wins (``changes``); otherwise the call goes straight to the
+        service (``direct``), as in ``on_timer``."""
         timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         if self.collecting:
-            self._event_time[timestamp] = False
+            changes[timestamp] = registered
         else:
-            self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)
+            direct(VOID_NAMESPACE, timestamp)
 
     def flush(self) -> None:
         """Apply the collected calls to the current key's timers; call it before the current key changes."""
