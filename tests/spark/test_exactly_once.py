@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.spark.conftest import DEFAULT_PROVIDER, ROCKSDB_PROVIDER
+from tests.spark.exactly_once_job import run_job
 from tests.spark.file_stream import wait_until, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
@@ -70,9 +71,11 @@ def results(spark, base: Path):
 
 @pytest.fixture(scope="module")
 def uninterrupted(spark, tmp_path_factory):
+    """The job's query run once without interruption, in this process's session (a driver of its own would cost a
+    JVM start and add nothing: the job's query is the same code)."""
     base = tmp_path_factory.mktemp("uninterrupted")
     write_all_input(base)
-    run_to_completion(base, DEFAULT_PROVIDER)
+    run_job(spark, str(base), {"state_backend": "heap"})
     return results(spark, base)
 
 
