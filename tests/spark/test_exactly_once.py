@@ -16,7 +16,9 @@ from tests.spark.conftest import DEFAULT_PROVIDER, ROCKSDB_PROVIDER
 from tests.spark.exactly_once_job import run_job
 from tests.spark.file_stream import wait_until, write_input
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
+# Only the SIGKILL test is marked driver_process (`make test` runs it beside the suite); the task-retry test starts a
+# driver of its own too but kills nothing and takes half a minute, so it runs with the suite, which has time to spare.
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 JOB = Path(__file__).with_name("exactly_once_job.py")
 T0 = 1_704_067_200_000
@@ -87,6 +89,7 @@ PROVIDER_AND_BACKEND = [
 ]
 
 
+@pytest.mark.driver_process
 @pytest.mark.parametrize("state_store_provider, backend", PROVIDER_AND_BACKEND)
 def test_sigkill_at_three_points_then_restart_gives_the_uninterrupted_result(spark, tmp_path, uninterrupted,
                                                                            state_store_provider, backend):
