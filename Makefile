@@ -22,23 +22,24 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
-# The suite on the pinned PySpark (without the tests marked long) in two streams that spend much of their time
-# waiting on Spark, so together they take little more than the longer one: the tests that share this process's
-# Spark session, and beside them the compatibility job followed by the tests that start and kill Spark drivers of
-# their own (marked driver_process).
+# The whole suite on the pinned PySpark in two streams that spend much of their time waiting on Spark, so together
+# they take little more than the longer one: the tests that share this process's Spark session, and beside them the
+# compatibility job followed by the tests that start and kill Spark drivers of their own (marked driver_process) and
+# the tests that take several minutes (marked long: 300 micro-batches on S3). The second stream's pytest output is
+# printed at the end.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
 	@{ COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1; compat=$$?; \
-	   $(PY) -m pytest -m "driver_process and not long" $(PYTEST_ARGS) > .cache/driver-tests.log 2>&1; drivers=$$?; \
-	   [ $$compat -eq 0 ] && [ $$drivers -eq 0 ]; } & beside=$$!; \
+	   $(PY) -m pytest -m "driver_process or long" --durations=20 $(PYTEST_ARGS) > .cache/beside-tests.log 2>&1; tests=$$?; \
+	   [ $$compat -eq 0 ] && [ $$tests -eq 0 ]; } & beside=$$!; \
 	$(PY) -m pytest -m "not long and not driver_process" $(PYTEST_ARGS); suite=$$?; \
 	wait $$beside; beside=$$?; \
-	echo "---- beside the suite: the tests marked driver_process (.cache/driver-tests.log) ----"; \
-	cat .cache/driver-tests.log; \
+	echo "---- beside the suite: the tests marked driver_process or long (.cache/beside-tests.log) ----"; \
+	cat .cache/beside-tests.log; \
 	echo "---- beside the suite: make compat (.cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
 	[ $$suite -eq 0 ] && [ $$beside -eq 0 ]
 
-# Tests that take minutes each (executor loss on a local cluster, 300-batch runs).
+# Only the tests marked long (also part of `make test`): 300 micro-batches with state on S3.
 test-long: venv kafka-jars s3proxy-jar
 	$(PY) -m pytest -m long $(PYTEST_ARGS)
 

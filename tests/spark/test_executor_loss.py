@@ -4,7 +4,8 @@ SIGKILLed while a task of the batch is inside ``process_element``; Spark reruns 
 executor, which has no local database for those key groups and rebuilds them from S3. Output and state equal a run
 that was never interrupted.
 
-Starting a local cluster takes about a minute on a busy 2-core machine: ``make test-long`` runs this."""
+Starting a local cluster takes about a minute on a busy 2-core machine; the whole test about a minute idle, so it runs
+with the rest of the suite (not marked long)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.spark.exactly_once_job import run_job
 from tests.spark.file_stream import wait_until
 from tests.spark.test_exactly_once import results, start_job, write_all_input
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.long]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def test_sigkill_of_an_executor_mid_batch_restores_its_key_groups_elsewhere_from_s3(spark, tmp_path, s3, monkeypatch):
