@@ -26,18 +26,22 @@ kafka-jars: venv
 # they take little more than the longer one: the tests that share this process's Spark session, and beside them the
 # compatibility job followed by the tests that start and kill Spark drivers of their own (marked driver_process) and
 # the tests that take several minutes (marked long: 300 micro-batches on S3). The second stream's pytest output is
-# printed at the end.
+# printed at the end. After the first stream, the tests that need neither Spark nor Kafka run again in pure Python
+# (KEYEDSTATE_PURE_PYTHON=1); the compatibility job's Spark 4.0 line runs its Spark subset that way too.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
 	@{ COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1; compat=$$?; \
 	   $(PY) -m pytest -m "driver_process or long" --durations=20 $(PYTEST_ARGS) > .cache/beside-tests.log 2>&1; tests=$$?; \
 	   [ $$compat -eq 0 ] && [ $$tests -eq 0 ]; } & beside=$$!; \
 	$(PY) -m pytest -m "not long and not driver_process" $(PYTEST_ARGS); suite=$$?; \
+	echo "---- the tests that need neither Spark nor Kafka again, with the compiled fast path off ----"; \
+	KEYEDSTATE_PURE_PYTHON=1 $(PY) -m pytest -q -m "not spark and not kafka and not long and not driver_process" \
+	  $(PYTEST_ARGS); pure=$$?; \
 	wait $$beside; beside=$$?; \
 	echo "---- beside the suite: the tests marked driver_process or long (.cache/beside-tests.log) ----"; \
 	cat .cache/beside-tests.log; \
 	echo "---- beside the suite: make compat (.cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
-	[ $$suite -eq 0 ] && [ $$beside -eq 0 ]
+	[ $$suite -eq 0 ] && [ $$pure -eq 0 ] && [ $$beside -eq 0 ]
 
 # Only the tests marked long (also part of `make test`): 300 micro-batches with state on S3.
 test-long: venv kafka-jars s3proxy-jar

@@ -3,7 +3,7 @@ durable storage and local disk bounded, garbage collection never deletes a file 
 (``minBatchesToRetain``) names: the state of every retained batch restores from storage.
 
 About 5 minutes on a lightly loaded 2-core machine (a batch is ~1 s: mostly Spark's own job per batch and its two
-Python passes; RocksDB mode on S3 adds ~0.2-0.3 s): ``make test-long`` runs this."""
+Python passes; RocksDB mode on S3 adds ~0.2-0.3 s): ``make test`` runs it beside the suite, ``make test-long`` alone."""
 
 from __future__ import annotations
 
