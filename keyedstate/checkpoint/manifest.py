@@ -56,7 +56,7 @@ class SnapshotManifest:
     scope: str
     backend_kind: str
     key_group_range: KeyGroupRange
-    max_parallelism: int
+    num_key_groups: int
     states: list[StateMetadata]
     raw_columns: list[str]
     files: list[FileEntry]
@@ -76,7 +76,7 @@ class SnapshotManifest:
             "scope": self.scope,
             "backend_kind": self.backend_kind,
             "key_group_range": self.key_group_range.to_json(),
-            "max_parallelism": self.max_parallelism,
+            "num_key_groups": self.num_key_groups,
             "created_at_ms": self.created_at_ms,
             "states": [state.to_json() for state in self.states],
             "raw_columns": list(self.raw_columns),
@@ -107,7 +107,8 @@ class SnapshotManifest:
                 scope=str(body["scope"]),
                 backend_kind=str(body["backend_kind"]),
                 key_group_range=KeyGroupRange.from_json(body["key_group_range"]),
-                max_parallelism=int(body["max_parallelism"]),
+                # older manifests name the same number with Flink's word
+                num_key_groups=int(body["num_key_groups"] if "num_key_groups" in body else body["max_parallelism"]),
                 states=[StateMetadata.from_json(state) for state in body["states"]],
                 raw_columns=[str(name) for name in body["raw_columns"]],
                 files=[FileEntry.from_json(entry) for entry in body["files"]],

@@ -13,10 +13,10 @@ from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 
 
-def make_manifest(checkpoint_id, scope="kg-00003", files=(), key_groups=(3, 3), created=0, max_parallelism=128):
+def make_manifest(checkpoint_id, scope="kg-00003", files=(), key_groups=(3, 3), created=0, num_key_groups=128):
     return SnapshotManifest(
         checkpoint_id=checkpoint_id, scope=scope, backend_kind="rocksdb",
-        key_group_range=KeyGroupRange(*key_groups), max_parallelism=max_parallelism,
+        key_group_range=KeyGroupRange(*key_groups), num_key_groups=num_key_groups,
         states=[StateMetadata("count", "value", "value<LONG>", False)], raw_columns=["timers"],
         files=list(files), uploaded_bytes=sum(f.size for f in files), total_bytes=sum(f.size for f in files),
         created_at_ms=created,
@@ -70,6 +70,16 @@ def test_a_tampered_or_newer_manifest_is_rejected():
     with pytest.raises(SnapshotCorruptedError, match="format version 99"):
         SnapshotManifest.from_bytes(json.dumps(data).encode(), "x")
 
+
+
+def test_a_manifest_that_names_the_key_group_count_max_parallelism_still_reads():
+    from keyedstate.checkpoint.manifest import _body_checksum
+
+    data = make_manifest(3, num_key_groups=16).to_json()
+    data.pop("manifest_checksum")
+    data["max_parallelism"] = data.pop("num_key_groups")
+    data["manifest_checksum"] = _body_checksum(data)
+    assert SnapshotManifest.from_bytes(json.dumps(data).encode(), "x").num_key_groups == 16
 
 # ---- verified reads ------------------------------------------------------------------------------------------------
 

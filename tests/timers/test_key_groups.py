@@ -14,10 +14,10 @@ from timers import BLOB_FORMAT_VERSION, TimeDomain, decode_key_group_blob, encod
 EVENT, PROCESSING = TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME
 
 
-def keys_in_group(key_group, count, max_parallelism=128):
+def keys_in_group(key_group, count, num_key_groups=128):
     found, i = [], 0
     while len(found) < count:
-        if key_group_of_key(f"key-{i}", max_parallelism) == key_group:
+        if key_group_of_key(f"key-{i}", num_key_groups) == key_group:
             found.append(f"key-{i}")
         i += 1
     return found

@@ -27,7 +27,7 @@ class Setup:
 
     name: str
     tmp_path: Any
-    max_parallelism: int = 128
+    num_key_groups: int = 128
     cache_capacity: int = 4
     _count: int = 0
     backends: list = field(default_factory=list)
@@ -47,10 +47,10 @@ class Setup:
             store = self.stores[id(backend)] = harness_store(backend, self.checkpoint_dir())
         return store
 
-    def backend(self, key_group_range: Optional[KeyGroupRange] = None, max_parallelism: Optional[int] = None) -> Any:
+    def backend(self, key_group_range: Optional[KeyGroupRange] = None, num_key_groups: Optional[int] = None) -> Any:
         self._count += 1
         kwargs = dict(
-            num_key_groups=max_parallelism or self.max_parallelism,
+            num_key_groups=num_key_groups or self.num_key_groups,
             key_group_range=key_group_range,
         )
         if self.name == "rocksdb":
@@ -137,7 +137,7 @@ def snapshot_restore(setup: Setup, backend: Any, service: InternalTimerService, 
     rows = setup.store(backend).snapshot(checkpoint_id, service)
     restored = []
     for key_group_range in ranges or [backend.key_group_range]:
-        new = setup.backend(key_group_range=key_group_range, max_parallelism=backend.num_key_groups)
+        new = setup.backend(key_group_range=key_group_range, num_key_groups=backend.num_key_groups)
         # RocksDB versions restore timers into raw columns, which a RocksDB timer storage re-reads
         storage = "rocksdb" if new.backend_kind == "rocksdb" else service.storage
         loading = InternalTimerService(new, name=service.name, storage=storage)

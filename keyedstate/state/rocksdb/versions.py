@@ -218,7 +218,7 @@ class KeyGroupVersions:
             files.append(entry)
         manifest = SnapshotManifest(
             checkpoint_id=batch, scope=self.directory, backend_kind="rocksdb",
-            key_group_range=KeyGroupRange(self.key_group, self.key_group), max_parallelism=self.num_key_groups,
+            key_group_range=KeyGroupRange(self.key_group, self.key_group), num_key_groups=self.num_key_groups,
             states=sorted(states, key=lambda s: s.name), raw_columns=sorted(raw_columns), files=files,
             uploaded_bytes=uploaded, total_bytes=sum(e.size for e in files), created_at_ms=time.time_ns() // 1_000_000,
         )
