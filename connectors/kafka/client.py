@@ -167,7 +167,7 @@ class KafkaClient:
         for tp in result or []:
             if tp.error is not None:
                 raise error_codes.translate(tp.error, brokers=self.brokers, topic=f"{tp.topic}[{tp.partition}]",
-                                             action=f"committing offsets of group {group_id!r}")
+                                            action=f"committing offsets of group {group_id!r}")
         return send
 
     def _committed_once(self, group_id: str, tps: list[TP]) -> dict[TP, int]:

@@ -177,7 +177,7 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                     last_error = KafkaException(err)
                     continue
                 raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=where,
-                                             action="fetching records")
+                                            action="fetching records")
             off = m.offset()
             if off >= end:
                 position = end
@@ -225,7 +225,7 @@ def _out_of_range(opts: KafkaOptions, consumer: Consumer, topic: str, partition:
     """The fetch position is outside the log: fail (failOnDataLoss) or skip to the earliest offset still there."""
     if opts.fail_on_data_loss:
         raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=where,
-                                     action=f"fetching from offset {position}")
+                                    action=f"fetching from offset {position}")
     low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
                                                 timeout=opts.request_timeout_ms / 1000, cached=False)
     log.warning("%s: offset %d is no longer available (earliest is %d); failOnDataLoss=false, skipping the lost "

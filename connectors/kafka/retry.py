@@ -50,7 +50,7 @@ class RetryBudget:
         elapsed = now - self._failing_since
         if elapsed * 1000 >= self.budget_ms:
             raise error_codes.translate(exc, brokers=self.brokers, topic=topic, action=action, elapsed_s=elapsed,
-                                         budget_ms=self.budget_ms) from (exc if isinstance(exc, BaseException) else None)
+                                        budget_ms=self.budget_ms) from (exc if isinstance(exc, BaseException) else None)
         self._sleep(min(self.backoff_ms / 1000, max(0.0, self.budget_ms / 1000 - elapsed)))
 
     @property

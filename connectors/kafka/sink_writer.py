@@ -119,7 +119,7 @@ def _raise_delivery_error(deliveries: DeliveryErrors, opts: KafkaSinkOptions, ca
     if deliveries.error is not None:
         err, topic = deliveries.error
         raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=f"topic {topic!r}",
-                                     action=f"writing ({deliveries.failed} records failed)") from cause
+                                    action=f"writing ({deliveries.failed} records failed)") from cause
 
 
 def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator["pa.RecordBatch"]
@@ -135,8 +135,8 @@ def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator[
         _raise_delivery_error(deliveries, opts, None)
         if remaining:
             raise error_codes.translate(KafkaException(error_codes.no_progress_error().args[0]),
-                                         brokers=opts.bootstrap_servers, topic=f"topic {opts.topic!r}",
-                                         action=f"writing ({remaining} records unacknowledged)")
+                                        brokers=opts.bootstrap_servers, topic=f"topic {opts.topic!r}",
+                                        action=f"writing ({remaining} records unacknowledged)")
         clean = True
     finally:
         if clean:
@@ -243,7 +243,7 @@ class _TransactionalWrite:
             if isinstance(exc, KafkaConnectorError) or error_codes.kafka_error_of(exc) is None:
                 raise
             raise error_codes.translate(exc, brokers=self.opts.bootstrap_servers, topic=self.where,
-                                         action="writing (in a transaction)") from exc
+                                        action="writing (in a transaction)") from exc
         return count
 
     def _retry_in_transaction(self, fn: Callable[[], None], action: str) -> None:
