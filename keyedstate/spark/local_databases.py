@@ -4,6 +4,7 @@ uses one now, and removing those no key group has used for a while.
 Layout below the local directory::
 
     <query id>/<uid>/kg-00007/           the key group's database (RocksDB files)
+    <query id>/<uid>/kg-00007.c1/        a second copy of it, and so on up to MAX_COPIES (see below)
     <query id>/<uid>/kg-00007/KEYEDSTATE-TAG   the tag of the committed version the database holds (absent while a
                                          call runs or after one failed)
     <query id>/<uid>/kg-00007.lock       flock'ed by the worker process that uses the database or keeps it open
@@ -17,6 +18,13 @@ Layout below the local directory::
 
 Spark does not say when an executor stops running a key group, so a database unused for :data:`IDLE_SECONDS` is
 removed (under its lock); if the key group comes back, it is rebuilt from storage.
+
+Copies: Spark gives a partition's next task to any of an executor's Python workers, and RocksDB lets one process
+open a database. Rather than have the worker that keeps a key group's database open close it for the next one (an
+open, flush and close per key group and move), each worker process keeps a copy of its own, locked like any
+database: the caller takes a free copy, and a copy a few versions behind catches up by replaying the changelogs it
+missed (``KeyGroupVersions.changelogs_after``). Copies are made as workers need them, at most :data:`MAX_COPIES`
+per key group; past that a worker asks a holder to give one up.
 """
 
 from __future__ import annotations
@@ -33,13 +41,16 @@ from typing import Optional
 
 from keyedstate.errors import StateBackendLockedError
 
-__all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "process_alive"]
+__all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "MAX_COPIES", "process_alive"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
 TAG_FILE = "KEYEDSTATE-TAG"
 IDLE_SECONDS = 900.0
 """A local database unused for this long is removed (15 minutes: far longer than any trigger interval)."""
+MAX_COPIES = max(2, min(8, os.cpu_count() or 2))
+"""Copies of a key group's database per executor: one per worker process that runs it at the same time (an
+executor runs one Python worker per task slot), capped at 8; each costs the key group's state in local disk."""
 _SWEEP_EVERY_SECONDS = 60.0
 _ASK_AGAIN_SECONDS = 1.0  # a holder that was running a call on the database when asked closes it after the call
 
@@ -55,6 +66,11 @@ class LocalDatabases:
 
     def path(self, query_id: str, uid: str, key_group: int) -> str:
         return os.path.join(self.root, query_id, uid, f"kg-{key_group:05d}")
+
+    def copies(self, query_id: str, uid: str, key_group: int) -> list[str]:
+        """The paths of the key group's database copies, the first one (:meth:`path`) first."""
+        first = self.path(query_id, uid, key_group)
+        return [first] + [f"{first}.c{number}" for number in range(1, MAX_COPIES)]
 
     def idle_path(self) -> str:
         """This process's idle database; those of processes that are gone are removed."""
@@ -93,6 +109,14 @@ class LocalDatabases:
                 self.ask_to_release(path)
                 asked_at = now
             time.sleep(0.002 if now - started < 0.5 else 0.05)  # a handover takes a few ms; a running call longer
+
+    @staticmethod
+    def try_acquire(path: str) -> Optional[int]:
+        """The lock of the database at ``path`` if no process holds it now (see :meth:`acquire`), else None."""
+        descriptor = _try_lock(path + ".lock")
+        if descriptor is not None:
+            _write_holder(descriptor)
+        return descriptor
 
     @staticmethod
     def release(descriptor: int) -> None:

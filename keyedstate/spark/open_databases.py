@@ -110,6 +110,25 @@ class OpenDatabases:
             self._release_after_use = False
             return self._kept.pop(path, None)
 
+    def take_first(self, paths: list[str]) -> tuple[Optional[str], Optional[KeptDatabase]]:
+        """:meth:`take` for the first of ``paths`` this process keeps (one key group's copies); (None, None) when it
+        keeps none of them (then :meth:`use` names the path the call locks instead)."""
+        with self._mutex:
+            self._release_after_use = False
+            for path in paths:
+                kept = self._kept.pop(path, None)
+                if kept is not None:
+                    self._in_use = path
+                    return path, kept
+            self._in_use = None
+            return None, None
+
+    def use(self, path: str) -> None:
+        """The call uses the database at ``path``, which it locked itself: as after :meth:`take`."""
+        with self._mutex:
+            self._in_use = path
+            self._release_after_use = False
+
     def done(self) -> None:
         """The call on the database taken or opened since :meth:`take` ended without keeping it."""
         with self._mutex:

@@ -122,7 +122,6 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         query_id = self.scope[0] if self.scope else current_query_id() or _NO_QUERY
         local = self.local
         local.sweep()
-        path = local.path(query_id, self.uid, key_group)
         record = self._committed_record(group_state)
         self._bootstrapped = False
         if record is not None:
@@ -139,29 +138,46 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         if record is not None and record.location and record.location != storage.location and not self._bootstrapped:
             raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
         versions = KeyGroupVersions(storage, key_group, self.num_key_groups)
-        kept = self.open.take(path) if self.open is not None else None
-        self._call = (path, record, versions)
-        self._saved_tag = None
-        if kept is not None and not local.owns(path, kept.lock):  # deleted under it: not ours any more
-            abandon(local, path, kept.database)
+        copies = local.copies(query_id, self.uid, key_group)
+        kept_path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
+        if kept is not None and not local.owns(kept_path, kept.lock):  # deleted under it: not ours any more
+            abandon(local, kept_path, kept.database)
             local.release(kept.lock)
             kept = None
+        self._saved_tag = None
         if kept is not None:
+            assert kept_path is not None
+            path = kept_path
             self._lock = kept.lock  # released in finish(), which the group function always calls
+            self._call = (path, record, versions)
             if self._still_current(kept, record, path):
                 self.backend.attach_key_group(kept.database)
                 self._handle = kept.database.path
                 timer_service.reload_key_group(key_group)
                 return
+            missed = self._missed_changelogs(kept.tag, record, versions, key_group, batch_id) if (
+                kept.database.settings == self.options and os.path.exists(os.path.join(path, "CURRENT"))) else None
+            if missed is not None:
+                self.backend.attach_key_group(kept.database)
+                self._handle = kept.database.path
+                self._catch_up(missed, key_group, batch_id, path)
+                timer_service.reload_key_group(key_group)
+                return
             _close_quietly(kept.database)  # a failed attempt's writes, or a version Spark did not commit
             local.drop_handle(kept.database.path)
         else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            self._lock = local.acquire(path)
-        changelogs = []
+            os.makedirs(os.path.dirname(copies[0]), exist_ok=True)
+            path, self._lock = self._claim_copy(copies, record, versions)
+            self._call = (path, record, versions)
+            if self.open is not None:
+                self.open.use(path)
+        changelogs: list = []
+        missed = None
         if record is None:
             shutil.rmtree(path, ignore_errors=True)
-        elif kept is not None or local.read_tag(path) != record.tag:
+        elif kept is None and (tag := local.read_tag(path)) != record.tag and not self._bootstrapped:
+            missed = self._missed_changelogs(tag, record, versions, key_group, batch_id)
+        if record is not None and missed is None and (kept is not None or local.read_tag(path) != record.tag):
             source = versions
             if self._bootstrapped:
                 assert self.initial_state is not None
@@ -180,9 +196,54 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         # opened through a handle of this process: see LocalDatabases.handle and finish()
         self._handle = local.handle(path)
         self.backend.open_key_group(self._handle, record_changes=record is not None)
+        if missed is not None:
+            self._catch_up(missed, key_group, batch_id, path)
         for changelog in changelogs:
             self.backend.replay(changelog)
         timer_service.reload_key_group(key_group)
+
+    def _claim_copy(self, copies: list[str], record: Optional[VersionRecord],
+                    versions: KeyGroupVersions) -> tuple[str, int]:
+        """Lock a copy of the key group's database no other process holds, preferring one at the committed version,
+        then one that can catch up to it; all held: wait for the first (its holder is asked to give it up)."""
+        best: Optional[tuple[int, str, int]] = None
+        for path in copies:
+            is_new = not os.path.exists(path + ".lock")
+            lock = self.local.try_acquire(path)
+            if lock is not None:
+                tag = self.local.read_tag(path)
+                score = 0 if record is None or tag is None else 2 if tag == record.tag else int(
+                    versions.is_in_chain(record, tag))
+                if best is None or score > best[0]:
+                    if best is not None:
+                        self.local.release(best[2])
+                    best = (score, path, lock)
+                else:
+                    self.local.release(lock)
+                if score == 2:
+                    break
+            if is_new:
+                break  # copies are made in order: none exists past this one
+        if best is None:
+            return copies[0], self.local.acquire(copies[0])
+        return best[1], best[2]
+
+    def _missed_changelogs(self, tag: Optional[str], record: Optional[VersionRecord], versions: KeyGroupVersions,
+                           key_group: int, batch_id: Optional[int]) -> Optional[list]:
+        if record is None or self._bootstrapped:
+            return None
+        try:
+            return versions.changelogs_after(record, tag)
+        except SnapshotCorruptedError as error:
+            explained = _not_retained(key_group, batch_id, versions, self.retain_batches, error)
+            if explained is None:
+                raise
+            raise explained from error
+
+    def _catch_up(self, missed: list, key_group: int, batch_id: Optional[int], path: str) -> None:
+        logger.debug("key group %d, batch %s: %s catches up by %d changelogs", key_group, batch_id, path, len(missed))
+        for changelog in missed:
+            self.backend.replay(changelog)
 
     def _still_current(self, kept: Any, record: Optional[VersionRecord], path: str) -> bool:
         """A kept database serves the call only if it holds the committed version, was opened with this store's

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,17 @@ class RunningCount(KeyedProcessFunction):
         yield ctx.get_current_key(), count
 
 
+def spec_for(tmp_path, runtime_id: str) -> GroupFunctionSpec:
+    """A RocksDB-mode query's group function spec; every worker process of the query builds the same one."""
+    return GroupFunctionSpec(
+        runtime_id=runtime_id, key_columns=("user",), value_columns=("user",),
+        key_group_column="_kg", event_time_ms_column="_ms", time_mode=EVENT_TIME, num_key_groups=8,
+        poll_interval_ms=1000,
+        layout=OutputLayout(StructType([StructField("user", StringType()), StructField("n", LongType())])),
+        state_backend="rocksdb", state_storage=str(tmp_path / "storage"), local_dir=str(tmp_path / "local"),
+    )
+
+
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
     """A worker process's group function for a RocksDB-mode query; ``reuse`` as Spark's SPARK_REUSE_WORKER."""
@@ -41,13 +53,7 @@ def worker(tmp_path, monkeypatch):
             monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
         else:
             monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-        spec = GroupFunctionSpec(
-            runtime_id=f"calls-{len(created)}-{tmp_path.name}", key_columns=("user",), value_columns=("user",),
-            key_group_column="_kg", event_time_ms_column="_ms", time_mode=EVENT_TIME, num_key_groups=8,
-            poll_interval_ms=1000,
-            layout=OutputLayout(StructType([StructField("user", StringType()), StructField("n", LongType())])),
-            state_backend="rocksdb", state_storage=str(tmp_path / "storage"), local_dir=str(tmp_path / "local"),
-        )
+        spec = spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}")
         created.append(spec.runtime_id)
         return make_group_function(spec, RunningCount())
 
@@ -143,3 +149,98 @@ def test_a_kept_database_lost_with_its_lock_file_is_dropped_and_the_path_opened_
     handles = list((tmp_path / "local" / "handles" / str(os.getpid())).iterdir())
     assert len(handles) == 1 and handles[0].resolve() == (tmp_path / "local").resolve() / os.path.relpath(
         path, tmp_path / "local")  # only the kept database's handle is left
+
+
+def _stored_files_of_version(tmp_path, tag: str) -> list:
+    return [path for path in (tmp_path / "storage").rglob(f"*-{tag}*") if path.is_file()]
+
+
+def _run_with_an_older_copy(worker, tmp_path):
+    """Without worker reuse every call closes and tags its database: keep the copy the first call left, let two
+    more calls run, then put the old copy back, as a worker process that last ran the key group two batches ago
+    has it. Returns the group state and the old copy's tag."""
+    function, state = worker(reuse=False), FakeGroupState()
+    call(function, ["a"], state)
+    path = database_path(tmp_path)
+    shutil.copytree(path, tmp_path / "older-copy")
+    older_tag = (tmp_path / "older-copy" / "KEYEDSTATE-TAG").read_text()
+    call(function, ["a"], state)
+    call(function, ["a"], state)
+    shutil.rmtree(path)
+    shutil.copytree(tmp_path / "older-copy", path)
+    return function, state, older_tag
+
+
+def test_a_copy_some_versions_behind_catches_up_with_the_changelogs_it_missed(worker, tmp_path):
+    function, state, older_tag = _run_with_an_older_copy(worker, tmp_path)
+    stored = _stored_files_of_version(tmp_path, older_tag)
+    assert stored  # what the old copy holds was stored once...
+    for path in stored:
+        path.unlink()  # ...and is gone now: a rebuild from storage would fail, replaying what it missed does not
+    assert call(function, ["a"], state) == [("a", 4)]
+    assert call(function, ["a"], state) == [("a", 5)]
+
+
+def test_a_damaged_changelog_a_copy_would_catch_up_with_fails_naming_the_file(worker, tmp_path):
+    from keyedstate.errors import SnapshotCorruptedError
+
+    function, state, older_tag = _run_with_an_older_copy(worker, tmp_path)
+    missed = sorted(path for path in (tmp_path / "storage").rglob("c*.log") if older_tag not in path.name)[0]
+    data = bytearray(missed.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    missed.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptedError, match=missed.name):
+        call(function, ["a"], state)
+
+
+def test_two_worker_processes_keep_a_copy_each_and_neither_rebuilds_after_its_first_call(worker, tmp_path, caplog):
+    """Spark gives a partition's tasks to either worker: each keeps its own copy of the key group's database open
+    and catches up with the other's changelogs, instead of one closing it for the other to open."""
+    import logging
+    import pickle
+    import subprocess
+    import sys
+    import textwrap
+
+    state_file = tmp_path / "row.pickle"
+    other = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, pickle, sys, pathlib
+        os.environ["SPARK_REUSE_WORKER"] = "1"
+        from tests.spark import test_rocksdb_mode_calls as calls
+        from keyedstate.spark.group_function import make_group_function
+        tmp_path = pathlib.Path({str(tmp_path)!r})
+        function = make_group_function(calls.spec_for(tmp_path, "other-worker"), calls.RunningCount())
+        for line in sys.stdin:
+            with open({str(state_file)!r}, "rb") as file:
+                state = pickle.load(file)
+            answer = calls.call(function, line.split(), state)
+            with open({str(state_file)!r}, "wb") as file:
+                pickle.dump(state, file)
+            print(answer, flush=True)
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=os.getcwd())
+
+    def call_in_other_worker(state) -> str:
+        state_file.write_bytes(pickle.dumps(state))
+        other.stdin.write("a\n")
+        other.stdin.flush()
+        answer = other.stdout.readline().strip()
+        assert answer, other.stderr.read()
+        state.row = pickle.loads(state_file.read_bytes()).row
+        return answer
+
+    try:
+        function, state = worker(reuse=True), FakeGroupState()
+        assert call(function, ["a"], state) == [("a", 1)]
+        assert call_in_other_worker(state) == "[('a', 2)]"  # the first copy is kept open here: it makes a second
+        with caplog.at_level(logging.INFO, logger="keyedstate.spark.rocksdb"):
+            assert call(function, ["a"], state) == [("a", 3)]
+            assert call_in_other_worker(state) == "[('a', 4)]"
+            assert call(function, ["a"], state) == [("a", 5)]
+        assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]
+        copies = sorted(path.name for path in (tmp_path / "local").glob(f"*/*/kg-{KEY_GROUP:05d}*")
+                        if path.is_dir() and not path.is_symlink())  # not the processes' handles to them
+        assert copies == [f"kg-{KEY_GROUP:05d}", f"kg-{KEY_GROUP:05d}.c1"]
+        assert len(open_databases_of(_local_of(tmp_path))) == 1  # this worker's copy never closed
+    finally:
+        other.stdin.close()
+        other.wait(timeout=60)

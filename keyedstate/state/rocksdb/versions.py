@@ -121,6 +121,19 @@ class VersionRecord:
             raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
 
 
+def _position_in_chain(record: VersionRecord, tag: Optional[str]) -> Optional[int]:
+    """How many of ``record``'s changelogs version ``tag`` already holds: 0 for the base's tag, i + 1 for the tag
+    that wrote changelog i (file names carry the writer's tag); None when ``tag`` is not in the chain."""
+    if not tag:
+        return None
+    if record.base is not None and record.base.name.endswith(f"-{tag}.json"):
+        return 0
+    for position, entry in enumerate(record.changelogs):
+        if entry.name.endswith(f"-{tag}.log"):
+            return position + 1
+    return None
+
+
 def sha256_file(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as file:
@@ -165,6 +178,21 @@ class KeyGroupVersions:
     def read_changelogs(self, record: VersionRecord) -> list[ChangeLog]:
         """The changelogs of ``record`` in order, each verified."""
         return [self._read_changelog(entry) for entry in record.changelogs]
+
+    @staticmethod
+    def is_in_chain(record: VersionRecord, tag: Optional[str]) -> bool:
+        """Whether :meth:`changelogs_after` can bring version ``tag`` up to ``record`` (reads no file)."""
+        return _position_in_chain(record, tag) is not None
+
+    def changelogs_after(self, record: VersionRecord, tag: Optional[str]) -> Optional[list[ChangeLog]]:
+        """The changelogs that turn version ``tag`` of ``record``'s chain into ``record``'s version (each verified):
+        all of them when ``tag`` is the base's, the ones after it when ``tag`` wrote one of them; None when ``tag`` is
+        not in the chain (a version Spark did not commit, or one before the base). Lets a local database kept at an
+        older committed version catch up instead of being rebuilt from the base."""
+        position = _position_in_chain(record, tag)
+        if position is None:
+            return None
+        return [self._read_changelog(entry) for entry in record.changelogs[position:]]
 
     def newest_batch(self) -> Optional[int]:
         """The newest batch that stored a file of this key group (None when it has none)."""
