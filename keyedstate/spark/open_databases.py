@@ -2,10 +2,10 @@
 in the next micro-batch skips the open, flush and close (most of a small call's cost).
 
 Spark reuses a Python worker for task after task (``spark.python.worker.reuse``, on by default) but may give a key
-group's next call to any worker. So a kept database stays locked (its ``.lock`` file names this process), and a
-listener thread serves other processes' requests to close one (:meth:`LocalDatabases.acquire` sends them over
-``workers/<pid>.fifo``): it flushes, closes and tags the database and releases the lock, and the asking process
-opens it as it would have anyway. The thread also closes databases unused for :data:`KEEP_OPEN_SECONDS`, before
+group's next call to any worker. A kept database stays locked (its ``.lock`` file names this process); another
+worker takes a copy of its own (:mod:`keyedstate.spark.local_databases`), and only when every copy is held does it
+ask for one: a listener thread serves those requests (:meth:`LocalDatabases.acquire` sends them over
+``workers/<pid>.fifo``), flushing, closing and tagging the database and releasing the lock. The thread also closes databases unused for :data:`KEEP_OPEN_SECONDS`, before
 Spark's idle-worker cleanup (one minute without tasks) kills the worker with SIGKILL; a worker killed while it keeps
 databases open leaves them without a tag, so they are rebuilt from durable storage, as after any crash.
 

@@ -5,11 +5,14 @@ The commit protocol. Python gets no end-of-task hook, so the key group's Spark s
 It carries a :class:`~keyedstate.state.rocksdb.versions.VersionRecord`: the version's tag (unique per
 call), the base snapshot it builds on and the changelogs since, in durable storage (``state_storage``). A call:
 
-1. reads the row. The local database (``<local dir>/<query id>/<uid>/kg-NNNNN``) is used as it is only when it
-   holds the row's tag: kept open by this worker since an earlier call (:mod:`keyedstate.spark.open_databases`)
-   with that tag in memory, or closed with that tag in its ``TAG`` file (another worker that kept it open closes it
-   when asked). Otherwise it is rebuilt: base downloaded and verified, changelogs replayed. The ``TAG`` file is
-   removed before the database is opened, so a process that dies while it has the database open leaves no tag.
+1. reads the row and takes a local copy of the key group's database (``<local dir>/<query id>/<uid>/kg-NNNNN``,
+   ``kg-NNNNN.c1``, ...: each worker process keeps its own, see :mod:`keyedstate.spark.local_databases`): the one
+   this worker keeps open since an earlier call (:mod:`keyedstate.spark.open_databases`, its tag in memory), else a
+   free one, preferring a closed copy whose ``TAG`` file holds the row's tag. A copy at the row's tag is used as it
+   is; one at an earlier version of the row's chain (the base's tag, or the tag of one of its changelogs) replays
+   the changelogs after it; any other is rebuilt: base downloaded and verified, changelogs replayed. The ``TAG``
+   file is removed before the database is opened, so a process that dies while it has the database open leaves no
+   tag.
 2. runs timers and elements on the database, recording every write.
 3. stores the writes as one changelog file, or, when the changelogs since the base grow past the
    :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
@@ -21,7 +24,8 @@ call), the base snapshot it builds on and the changelogs since, in durable stora
 
 So correctness never depends on the local database: a retried or duplicate task attempt, the data run and the
 timed-out run of one task in different worker processes, a lost executor or a restarted query all find either a
-local database with the committed tag or rebuild the committed version from storage. RocksDB's memory is bounded
+local database at the committed version (or one it can reach by replaying committed changelogs) or rebuild the
+committed version from storage. RocksDB's memory is bounded
 per worker process: the databases it keeps open share one block cache and one memtable budget
 (:class:`~keyedstate.state.rocksdb.options.RocksDBOptions`), and at most
 :data:`~keyedstate.spark.open_databases.MAX_KEPT_DATABASES` stay open.
