@@ -117,12 +117,7 @@ class CheckpointOffsetCommitter:
         with self._lock:
             self._pending.pop(checkpoint_id, None)
 
-    # -- state for tests and metrics ---------------------------------------------------------------------------
-    @property
-    def pending_checkpoints(self) -> list[int]:
-        with self._lock:
-            return list(self._pending)
-
+    # -- state for the query listener and metrics ------------------------------------------------------------
     @property
     def in_flight(self) -> Optional[int]:
         return self._in_flight

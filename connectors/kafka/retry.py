@@ -53,10 +53,6 @@ class RetryBudget:
                                         budget_ms=self.budget_ms) from (exc if isinstance(exc, BaseException) else None)
         self._sleep(min(self.backoff_ms / 1000, max(0.0, self.budget_ms / 1000 - elapsed)))
 
-    @property
-    def failing_for_s(self) -> float:
-        return 0.0 if self._failing_since is None else self._clock() - self._failing_since
-
 
 def call_with_retry(fn: Callable[[], T], budget: RetryBudget, *, topic: str, action: str) -> T:
     """Call ``fn`` until it returns, retrying transient Kafka errors within ``budget``."""

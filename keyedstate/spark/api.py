@@ -26,7 +26,7 @@ from pyspark.sql.types import (
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
-from keyedstate.keygroups import MAX_NUM_KEY_GROUPS
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, MAX_NUM_KEY_GROUPS
 from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_function import (
@@ -62,7 +62,6 @@ __all__ = [
 INTERNAL_COLUMN_PREFIX = "_keyedstate_"
 KEY_GROUP_COLUMN = INTERNAL_COLUMN_PREFIX + "key_group"
 EVENT_TIME_MS_COLUMN = INTERNAL_COLUMN_PREFIX + "event_time_ms"
-DEFAULT_NUM_KEY_GROUPS = 128
 DEFAULT_POLL_INTERVAL_MS = 1_000
 
 

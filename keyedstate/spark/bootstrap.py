@@ -30,9 +30,8 @@ from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError, SnapshotError
-from keyedstate.spark.api import (
-    DEFAULT_NUM_KEY_GROUPS, KEY_GROUP_COLUMN, _check_key_columns, _check_num_key_groups, add_key_group_column,
-)
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
+from keyedstate.spark.api import KEY_GROUP_COLUMN, _check_key_columns, _check_num_key_groups, add_key_group_column
 from keyedstate.spark.compat import check_arrow
 from keyedstate.spark.group_function import PROCESSING_TIME, GroupFunctionSpec, _GroupRuntime
 from keyedstate.state.key_groups.initial_state import (

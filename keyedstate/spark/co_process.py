@@ -24,8 +24,8 @@ from pyspark.sql.types import BooleanType, DataType, IntegralType, StructType, T
 
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.errors import ConfigurationError
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
 from keyedstate.spark.api import (
-    DEFAULT_NUM_KEY_GROUPS,
     DEFAULT_POLL_INTERVAL_MS,
     EVENT_TIME_MS_COLUMN,
     INTERNAL_COLUMN_PREFIX,

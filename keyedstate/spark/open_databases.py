@@ -134,11 +134,6 @@ class OpenDatabases:
         with self._mutex:
             self._in_use = None
 
-    @property
-    def asked_for_the_database_in_use(self) -> bool:
-        """Whether another process asked for the database the current call uses (it is closed after the call)."""
-        return self._release_after_use
-
     def limit_families(self, memtable_budget_bytes: int, arena_block_bytes: int) -> None:
         """Keep no more column families open than half of ``memtable_budget_bytes`` has arena blocks: every open
         memtable reserves one, and a budget used up by reservations flushes on every write."""

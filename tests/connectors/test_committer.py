@@ -47,7 +47,7 @@ def test_nothing_is_committed_before_completion_and_completion_commits_next_offs
     c.notify_checkpoint_complete(1)
     assert fake.requests == [{tp(0): 10, tp(1): 20}]
     assert c.commits_succeeded == 1 and c.last_committed_checkpoint == 1
-    assert c.pending_checkpoints == []
+    assert c.metrics()["pendingCheckpoints"] == 0
 
 
 def test_snapshot_state_uses_offsets_provider():
@@ -67,9 +67,11 @@ def test_completion_subsumes_older_pending_checkpoints_without_committing_them()
         c.snapshot_offsets(cid, {tp(0): cid * 10})
     c.notify_checkpoint_complete(3)
     assert fake.requests == [{tp(0): 30}]  # 1 and 2 dropped uncommitted
-    assert c.pending_checkpoints == [4]
+    assert c.metrics()["pendingCheckpoints"] == 1
     c.notify_checkpoint_complete(2)  # already subsumed -> unknown now
     assert fake.requests == [{tp(0): 30}]
+    c.notify_checkpoint_complete(4)  # the one still pending
+    assert fake.requests == [{tp(0): 30}, {tp(0): 40}]
 
 
 def test_unknown_checkpoint_is_logged_and_ignored(caplog):
@@ -79,8 +81,9 @@ def test_unknown_checkpoint_is_logged_and_ignored(caplog):
     with caplog.at_level(logging.WARNING, logger="keyedstate.connectors.kafka.committer"):
         c.notify_checkpoint_complete(99)
     assert fake.requests == []
-    assert c.pending_checkpoints == [5]
     assert "unknown checkpoint 99" in caplog.text
+    c.notify_checkpoint_complete(5)  # still pending
+    assert fake.requests == [{tp(0): 1}]
 
 
 def test_pending_map_is_bounded_and_evicts_oldest():
@@ -88,12 +91,13 @@ def test_pending_map_is_bounded_and_evicts_oldest():
     c = CheckpointOffsetCommitter(fake)
     for cid in range(150):
         c.snapshot_offsets(cid, {tp(0): cid})
-    assert len(c.pending_checkpoints) == 100
-    assert c.pending_checkpoints[0] == 50 and c.pending_checkpoints[-1] == 149
-    c.notify_checkpoint_complete(10)  # evicted -> unknown
+    assert c.metrics()["pendingCheckpoints"] == 100
+    c.notify_checkpoint_complete(49)  # evicted -> unknown
     assert fake.requests == []
-    c.notify_checkpoint_complete(60)
-    assert fake.requests == [{tp(0): 60}]
+    c.notify_checkpoint_complete(50)  # the oldest kept
+    assert fake.requests == [{tp(0): 50}]
+    c.notify_checkpoint_complete(149)  # the newest
+    assert fake.requests == [{tp(0): 50}, {tp(0): 149}]
 
 
 def test_aborted_checkpoint_is_dropped():
@@ -102,9 +106,11 @@ def test_aborted_checkpoint_is_dropped():
     c.snapshot_offsets(1, {tp(0): 1})
     c.snapshot_offsets(2, {tp(0): 2})
     c.notify_checkpoint_aborted(2)
-    assert c.pending_checkpoints == [1]
+    assert c.metrics()["pendingCheckpoints"] == 1
     c.notify_checkpoint_complete(2)
     assert fake.requests == []
+    c.notify_checkpoint_complete(1)  # the one not aborted
+    assert fake.requests == [{tp(0): 1}]
 
 
 def test_one_commit_in_flight_newer_waits_and_older_queued_one_is_skipped_with_warning(caplog):

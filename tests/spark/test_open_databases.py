@@ -38,6 +38,12 @@ def kept_database(local: LocalDatabases, open_databases: OpenDatabases, key_grou
     return path, database
 
 
+def asked_for_the_database_in_use(open_databases: OpenDatabases) -> bool:
+    """Whether another process's request for the database the current call uses has arrived (read from the private
+    flag that makes the end of the call give the database up: no public behaviour shows it before then)."""
+    return open_databases._release_after_use
+
+
 def take_in_another_process(root: str, path: str, timeout_s: float = 30.0) -> subprocess.Popen:
     """Another worker process taking the database's lock (as a call of the key group there would), then printing
     the tag it finds."""
@@ -78,7 +84,7 @@ def test_a_request_for_a_database_in_use_is_served_when_the_call_ends(local):
 
     other = take_in_another_process(local.root, path)
     deadline = time.monotonic() + 30
-    while not open_databases.asked_for_the_database_in_use and time.monotonic() < deadline:
+    while not asked_for_the_database_in_use(open_databases) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert other.poll() is None  # still waiting: the database is in use here
     assert open_databases.keep(path, kept.database, "tag-9", kept.lock) is False  # the call must not keep it

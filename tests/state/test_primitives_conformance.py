@@ -26,6 +26,7 @@ from keyedstate.errors import (
     StateTypeMismatchError,
     UnsupportedKeyTypeError,
 )
+from keyedstate.state.base import StateMetadata
 
 TTL_MS = 1_000
 
@@ -468,7 +469,8 @@ class TestBadInput:
             backend.get_or_create_state(ValueStateDescriptor("x", str))
         with pytest.raises(StateDescriptorConflictError, match="'x'"):
             backend.get_or_create_state(ListStateDescriptor("x", int))
-        assert backend.state_names() == ["x"]
+        # what a snapshot would record: the first registration only
+        assert backend.state_metadata() == [StateMetadata.of(ValueStateDescriptor("x", int))]
 
 
 def test_the_backend_interface_declares_what_the_key_group_stores_call(backend):

@@ -206,9 +206,6 @@ class KeyedStateBackend(KeyContext, ABC):
                 f"runtime_context.get_state(...) in open()"
             ) from None
 
-    def state_names(self) -> list[str]:
-        return list(self._states)
-
     def state_metadata(self) -> list[StateMetadata]:
         """Metadata of every registered state plus restored states not registered again (they are kept)."""
         metadata = {name: StateMetadata.of(s.descriptor) for name, s in self._states.items()}

@@ -17,9 +17,12 @@ from keyedstate.state.descriptors import StateDescriptor, StateKind
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.errors import translate
+from keyedstate.state.rocksdb.list_store import RocksDBListStore
+from keyedstate.state.rocksdb.map_store import RocksDBMapStore
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.primitives import RocksDBValueState
-from keyedstate.state.rocksdb.stores import RocksDBListStore, RocksDBMapStore, RocksDBRawColumn, RocksDBValueStore
+from keyedstate.state.rocksdb.raw_column import RocksDBRawColumn
+from keyedstate.state.rocksdb.value_store import RocksDBValueStore
 
 __all__ = ["RocksDBKeyedStateBackend"]
 

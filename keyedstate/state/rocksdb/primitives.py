@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from keyedstate.state.primitives import ValueState
-from keyedstate.state.rocksdb.stores import NOT_KEPT, RocksDBValueStore
+from keyedstate.state.rocksdb.value_store import NOT_KEPT, RocksDBValueStore
 
 __all__ = ["RocksDBValueState"]
 
@@ -104,16 +104,11 @@ class RocksDBValueState(ValueState):
         if store.memo_data is not None and store.memo_key is not stored_key:
             store.write_pending()
         store.memo_key = stored_key
-        kind = type(value)  # _is_immutable inline: this runs for every element
+        kind = type(value)  # the immutability test inline (see _IMMUTABLE_SCALARS): this runs for every element
         store.memo_value = value if kind in _IMMUTABLE_SCALARS or (
             kind is tuple and _IMMUTABLE_SCALARS.issuperset(map(type, value))) else NOT_KEPT
         store.memo_data = data
 
 
+# A value is handed out again from the memo only if no later mutation can show through: scalars, tuples of scalars.
 _IMMUTABLE_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
-
-
-def _is_immutable(value: Any) -> bool:
-    """Whether handing ``value`` out again cannot expose a later mutation (scalars, and tuples of scalars)."""
-    kind = type(value)
-    return kind in _IMMUTABLE_SCALARS or (kind is tuple and _IMMUTABLE_SCALARS.issuperset(map(type, value)))
