@@ -1,9 +1,10 @@
 """Throughput of the keyedstate-kafka sink (exactly-once and at-least-once) vs Spark's built-in Kafka sink.
 
 Every variant writes the same streaming input — KEYEDSTATE_KAFKA_SINK_BENCH_RECORDS rows (default 1,000,000) with a
-key and a 100-byte value, read from 4 Parquet files by Spark's file source in one ``Trigger.AvailableNow``
-micro-batch, so 4 write tasks — into a fresh 4-partition topic on a local KRaft broker started here. Spark runs
-``local[2]``.
+key and a 100-byte value, read from 4 Parquet files (about 3 MB, one row group each) by Spark's file source in one
+``Trigger.AvailableNow`` micro-batch — into a fresh 4-partition topic on a local KRaft broker started here. Spark runs
+``local[2]`` and splits each file into 3 tasks of 1 MB, of which only the one holding the row group's middle reads
+rows: 12 write tasks, 4 of them with 250,000 rows each.
 
 **Records/s** are Spark's: the rows over the time Spark spent in the query's micro-batches (the sum of
 ``durationMs.triggerExecution``, which includes the sink's driver-side commit); the wall time of the whole query is
@@ -42,7 +43,7 @@ EXACTLY_ONCE, AT_LEAST_ONCE, BUILT_IN = "keyedstate-kafka exactly_once", "keyeds
 @pytest.fixture(scope="module")
 def input_dir(spark) -> str:  # noqa: F811 - the fixture imported above
     path = tempfile.mkdtemp(prefix="kafka-sink-bench-input-")
-    # one Spark task per file: the files are small and compress well, so Spark would otherwise pack them into one
+    # a task per MB of each file: the files are small and compress well, so Spark would otherwise pack them into one
     spark.conf.set("spark.sql.files.maxPartitionBytes", "1m")
     (spark.range(N, numPartitions=PARTITIONS)
      .selectExpr("cast(id as string) as key", f"concat(lpad(cast(id as string), 10, '0'), repeat('x', "

@@ -7,6 +7,9 @@ the partitioner) and ``headers`` (``array<struct<key: string, value: binary>>``)
 
 from __future__ import annotations
 
+from collections import deque
+from itertools import repeat, starmap
+from operator import length_hint
 from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
@@ -23,6 +26,9 @@ _HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryTy
 #: How many records between two ``poll(0)`` calls that serve delivery reports (Spark hands the sink Arrow batches
 #: of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, 10,000 by default).
 POLL_EVERY = 10_000
+
+#: Runs an iterator to its end, keeping nothing (the ``consume`` recipe of :mod:`itertools`).
+_exhaust = deque(maxlen=0).extend
 
 
 def validate_input_schema(schema: StructType, default_topic: Optional[str]) -> None:
@@ -99,13 +105,18 @@ def _produce_part(producer, batch: "pa.RecordBatch", default_topic: Optional[str
     partitions = _column(batch, "partition")
     headers = _column(batch, "headers")
     if topics is None and partitions is None and headers is None:
-        # The common case: positional arguments, no per-record branches (produce() itself is most of the cost).
-        for key, value in zip(keys, values):
+        # The common case. starmap hands produce() zip's (topic, value, key) tuple as its argument tuple: no bytecode
+        # loop and no argument tuple built per record, ~10% of what a record costs the Python thread.
+        value_it, key_it = iter(values), iter(keys)
+        while True:
             try:
-                produce(default_topic, value, key)
+                _exhaust(starmap(produce, zip(repeat(default_topic), value_it, key_it)))
+                return n
             except BufferError:
-                _wait_for_space(producer, (default_topic, value, key), {})
-        return n
+                # zip took the refused record from both iterators: it is the last one consumed. The next round
+                # continues after it.
+                i = n - length_hint(value_it) - 1
+                _wait_for_space(producer, (default_topic, values[i], keys[i]), {})
     for i in range(n):
         topic = (topics[i] if topics is not None else None) or default_topic
         if topic is None:
