@@ -16,7 +16,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <string.h>
+#include <stddef.h>
 
 /* An interned attribute name (new reference) from a constructor argument; with `owner` given, it must have it. */
 static PyObject *
@@ -261,8 +263,7 @@ static PyTypeObject HeapValueAccessType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner;    /* the TimerService: collects only while its attribute `collecting_field` is true */
-    PyObject *collecting_field;
+    char collecting;    /* set by the TimerService with its own flag: collect, or call `direct` */
     PyObject *changes;  /* dict timestamp -> True (registered) / False (deleted) of the current key's run */
     PyObject *mark;     /* what this call stores: True or False */
     PyObject *direct;   /* callable(namespace, timestamp): the internal service's method, when not collecting */
@@ -274,8 +275,6 @@ typedef struct {
 static int
 timer_call_traverse(TimerCall *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->owner);
-    Py_VISIT(self->collecting_field);
     Py_VISIT(self->changes);
     Py_VISIT(self->mark);
     Py_VISIT(self->direct);
@@ -287,8 +286,6 @@ timer_call_traverse(TimerCall *self, visitproc visit, void *arg)
 static int
 timer_call_clear(TimerCall *self)
 {
-    Py_CLEAR(self->owner);
-    Py_CLEAR(self->collecting_field);
     Py_CLEAR(self->changes);
     Py_CLEAR(self->mark);
     Py_CLEAR(self->direct);
@@ -308,25 +305,18 @@ timer_call_dealloc(TimerCall *self)
 static int
 timer_call_init(TimerCall *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"owner", "collecting_field", "changes", "mark", "direct", "namespace", "fallback",
-                               "max_timestamp", NULL};
-    PyObject *owner, *collecting_field, *changes, *mark, *direct, *namespace, *fallback;
+    static char *keywords[] = {"changes", "mark", "direct", "namespace", "fallback", "max_timestamp", NULL};
+    PyObject *changes, *mark, *direct, *namespace, *fallback;
     long long max_timestamp;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!OOOL:TimerCall", keywords, &owner, &collecting_field,
-                                     &PyDict_Type, &changes, &PyBool_Type, &mark, &direct, &namespace, &fallback,
-                                     &max_timestamp)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OOOL:TimerCall", keywords, &PyDict_Type, &changes,
+                                     &PyBool_Type, &mark, &direct, &namespace, &fallback, &max_timestamp)) {
         return -1;
     }
     if (!PyCallable_Check(direct) || !PyCallable_Check(fallback)) {
         PyErr_SetString(PyExc_TypeError, "TimerCall: direct and fallback must be callable");
         return -1;
     }
-    collecting_field = attribute_name(collecting_field, owner, "TimerCall");
-    if (collecting_field == NULL) {
-        return -1;
-    }
-    Py_XSETREF(self->collecting_field, collecting_field);
-    Py_XSETREF(self->owner, Py_NewRef(owner));
+    self->collecting = 0;
     Py_XSETREF(self->changes, Py_NewRef(changes));
     Py_XSETREF(self->mark, Py_NewRef(mark));
     Py_XSETREF(self->direct, Py_NewRef(direct));
@@ -339,7 +329,7 @@ timer_call_init(TimerCall *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 timer_call_call(TimerCall *self, PyObject *timestamp)
 {
-    if (not_initialized(self->owner, "TimerCall")) {
+    if (not_initialized(self->changes, "TimerCall")) {
         return NULL;
     }
     if (PyLong_CheckExact(timestamp)) {
@@ -349,16 +339,7 @@ timer_call_call(TimerCall *self, PyObject *timestamp)
             return NULL;
         }
         if (!overflow && millis >= 0 && millis <= self->max_timestamp) {
-            PyObject *collecting = PyObject_GetAttr(self->owner, self->collecting_field);
-            if (collecting == NULL) {
-                return NULL;
-            }
-            int is_collecting = PyObject_IsTrue(collecting);
-            Py_DECREF(collecting);
-            if (is_collecting < 0) {
-                return NULL;
-            }
-            if (is_collecting) {
+            if (self->collecting) {
                 if (PyDict_SetItem(self->changes, timestamp, self->mark) < 0) {
                     return NULL;
                 }
@@ -378,6 +359,13 @@ static PyMethodDef timer_call_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* A C field, not an attribute of the service read per call: the service sets it when its own flag changes (once
+ * per run of elements), and every call reads it for free. */
+static PyMemberDef timer_call_members[] = {
+    {"collecting", T_BOOL, offsetof(TimerCall, collecting), 0, "Collect the calls (True) or make them (False)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject TimerCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.TimerCall",
@@ -390,6 +378,7 @@ static PyTypeObject TimerCallType = {
     .tp_traverse = (traverseproc)timer_call_traverse,
     .tp_clear = (inquiry)timer_call_clear,
     .tp_methods = timer_call_methods,
+    .tp_members = timer_call_members,
 };
 
 /* ---- TimerFlush ------------------------------------------------------------------------------------------- */

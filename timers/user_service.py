@@ -12,10 +12,7 @@ from timers.queue import HeapTimerQueue
 from timers.service import InternalTimerService
 from timers.time import MAX_TIMESTAMP, to_epoch_millis
 
-__all__ = ["TimerService", "COLLECTING_FIELD"]
-
-COLLECTING_FIELD = "collecting"
-"""The name of :attr:`TimerService.collecting` (read by the compiled ``TimerCall``)."""
+__all__ = ["TimerService"]
 
 # The attributes the compiled TimerFlush reads, taken from their declarations: the key context's fields, and the
 # queues' __slots__ (a renamed slot makes this line fail at import).
@@ -54,9 +51,8 @@ class TimerService:
         self._service = service
         self._event_time: dict[int, bool] = {}  # cleared by flush, never replaced: the compiled calls hold them
         self._processing_time: dict[int, bool] = {}
-        self.collecting = False
-        """True while the operator runs a key's elements (the calls are collected until :meth:`flush`); False
-        otherwise (the calls go straight to the queues, for the current key)."""
+        self._collecting = False
+        self._compiled_calls: tuple[Any, ...] = ()  # they keep their own copy of the flag (see collecting)
         if fastpath is not None:
             # The common call (an int timestamp in range) runs in C: stored in the dict while collecting, handed to
             # the service's own method otherwise; everything else reaches the methods below.
@@ -67,10 +63,10 @@ class TimerService:
                 ("delete_processing_time_timer", self._processing_time, False),
             ):
                 fallback = getattr(TimerService, name).__get__(self)
-                call = fastpath.TimerCall(owner=self, collecting_field=COLLECTING_FIELD, changes=changes,
-                                          mark=registered, direct=getattr(service, name), namespace=VOID_NAMESPACE,
-                                          fallback=fallback, max_timestamp=MAX_TIMESTAMP)
+                call = fastpath.TimerCall(changes=changes, mark=registered, direct=getattr(service, name),
+                                          namespace=VOID_NAMESPACE, fallback=fallback, max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
+                self._compiled_calls += (call,)
             # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
             self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]
                 context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
@@ -78,6 +74,19 @@ class TimerService:
                 namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
                 fallback=TimerService.flush.__get__(self), **_FLUSH_FIELDS,
             ).call
+
+    @property
+    def collecting(self) -> bool:
+        """True while the operator runs a key's elements (the calls are collected until :meth:`flush`); False
+        otherwise (the calls go straight to the queues, for the current key)."""
+        return self._collecting
+
+    @collecting.setter
+    def collecting(self, value: bool) -> None:
+        # set once per run of elements; the compiled calls read their copy without an attribute lookup per call
+        self._collecting = value = bool(value)
+        for call in self._compiled_calls:
+            call.collecting = value
 
     def current_processing_time(self) -> int:
         """The current processing time (on Spark: the micro-batch timestamp)."""
@@ -92,28 +101,28 @@ class TimerService:
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
-        if self.collecting:
+        if self._collecting:
             self._processing_time[to_epoch_millis(timestamp)] = True
         else:
             self._service.register_processing_time_timer(VOID_NAMESPACE, timestamp)
 
     def register_event_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
-        if self.collecting:
+        if self._collecting:
             self._event_time[to_epoch_millis(timestamp)] = True
         else:
             self._service.register_event_time_timer(VOID_NAMESPACE, timestamp)
 
     def delete_processing_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
-        if self.collecting:
+        if self._collecting:
             self._processing_time[to_epoch_millis(timestamp)] = False
         else:
             self._service.delete_processing_time_timer(VOID_NAMESPACE, timestamp)
 
     def delete_event_time_timer(self, timestamp: Any) -> None:
         """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
-        if self.collecting:
+        if self._collecting:
             self._event_time[to_epoch_millis(timestamp)] = False
         else:
             self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)
