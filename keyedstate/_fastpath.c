@@ -1,10 +1,11 @@
 /* The compiled fast path of the calls a KeyedProcessFunction makes once or twice per element.
  *
- * ValueState.value()/update() over a heap store and the timer calls that CoalescingTimerService collects while a
- * key's elements run are single dict operations; as Python methods, the call itself costs several times the dict
- * operation. These types do the common case in C and hand everything else (no current key, a value that needs the
- * type check, a timestamp that is not a plain int in range, calls outside a run of elements) to the Python
- * implementation they were built with, which stays the definition of the behaviour: see keyedstate/fastpath.py.
+ * ValueState.value()/update() over a heap store and the timer calls of timers.TimerService (collected while a key's
+ * elements run, passed straight to the internal timer service otherwise) are single dict operations or one call;
+ * as Python methods, the call itself costs several times the work. These types do the common case in C and hand
+ * everything else (no current key, a value that needs the type check, a timestamp that is not a plain int in
+ * range) to the Python implementation they were built with, which stays the definition of the behaviour: see
+ * keyedstate/fastpath.py.
  * TimerFlush applies a key's collected timer calls to the heap timer queues the same way, and rows_from_columns
  * builds the Spark group function's element Rows.
  *
@@ -15,7 +16,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <string.h>
+#include <stddef.h>
 
 /* An interned attribute name (new reference) from a constructor argument; with `owner` given, it must have it. */
 static PyObject *
@@ -260,10 +263,11 @@ static PyTypeObject HeapValueAccessType = {
 
 typedef struct {
     PyObject_HEAD
-    PyObject *owner;    /* the CoalescingTimerService: collects only while its attribute `collecting_field` is true */
-    PyObject *collecting_field;
+    char collecting;    /* set by the TimerService with its own flag: collect, or call `direct` */
     PyObject *changes;  /* dict timestamp -> True (registered) / False (deleted) of the current key's run */
     PyObject *mark;     /* what this call stores: True or False */
+    PyObject *direct;   /* callable(namespace, timestamp): the internal service's method, when not collecting */
+    PyObject *namespace;
     PyObject *fallback; /* callable(timestamp): the Python method */
     long long max_timestamp;
 } TimerCall;
@@ -271,10 +275,10 @@ typedef struct {
 static int
 timer_call_traverse(TimerCall *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->owner);
-    Py_VISIT(self->collecting_field);
     Py_VISIT(self->changes);
     Py_VISIT(self->mark);
+    Py_VISIT(self->direct);
+    Py_VISIT(self->namespace);
     Py_VISIT(self->fallback);
     return 0;
 }
@@ -282,10 +286,10 @@ timer_call_traverse(TimerCall *self, visitproc visit, void *arg)
 static int
 timer_call_clear(TimerCall *self)
 {
-    Py_CLEAR(self->owner);
-    Py_CLEAR(self->collecting_field);
     Py_CLEAR(self->changes);
     Py_CLEAR(self->mark);
+    Py_CLEAR(self->direct);
+    Py_CLEAR(self->namespace);
     Py_CLEAR(self->fallback);
     return 0;
 }
@@ -301,21 +305,22 @@ timer_call_dealloc(TimerCall *self)
 static int
 timer_call_init(TimerCall *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"owner", "collecting_field", "changes", "mark", "fallback", "max_timestamp", NULL};
-    PyObject *owner, *collecting_field, *changes, *mark, *fallback;
+    static char *keywords[] = {"changes", "mark", "direct", "namespace", "fallback", "max_timestamp", NULL};
+    PyObject *changes, *mark, *direct, *namespace, *fallback;
     long long max_timestamp;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!O!OL:TimerCall", keywords, &owner, &collecting_field,
-                                     &PyDict_Type, &changes, &PyBool_Type, &mark, &fallback, &max_timestamp)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OOOL:TimerCall", keywords, &PyDict_Type, &changes,
+                                     &PyBool_Type, &mark, &direct, &namespace, &fallback, &max_timestamp)) {
         return -1;
     }
-    collecting_field = attribute_name(collecting_field, owner, "TimerCall");
-    if (collecting_field == NULL) {
+    if (!PyCallable_Check(direct) || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_TypeError, "TimerCall: direct and fallback must be callable");
         return -1;
     }
-    Py_XSETREF(self->collecting_field, collecting_field);
-    Py_XSETREF(self->owner, Py_NewRef(owner));
+    self->collecting = 0;
     Py_XSETREF(self->changes, Py_NewRef(changes));
     Py_XSETREF(self->mark, Py_NewRef(mark));
+    Py_XSETREF(self->direct, Py_NewRef(direct));
+    Py_XSETREF(self->namespace, Py_NewRef(namespace));
     Py_XSETREF(self->fallback, Py_NewRef(fallback));
     self->max_timestamp = max_timestamp;
     return 0;
@@ -324,7 +329,7 @@ timer_call_init(TimerCall *self, PyObject *args, PyObject *kwargs)
 static PyObject *
 timer_call_call(TimerCall *self, PyObject *timestamp)
 {
-    if (not_initialized(self->owner, "TimerCall")) {
+    if (not_initialized(self->changes, "TimerCall")) {
         return NULL;
     }
     if (PyLong_CheckExact(timestamp)) {
@@ -334,21 +339,16 @@ timer_call_call(TimerCall *self, PyObject *timestamp)
             return NULL;
         }
         if (!overflow && millis >= 0 && millis <= self->max_timestamp) {
-            PyObject *collecting = PyObject_GetAttr(self->owner, self->collecting_field);
-            if (collecting == NULL) {
-                return NULL;
-            }
-            int is_collecting = PyObject_IsTrue(collecting);
-            Py_DECREF(collecting);
-            if (is_collecting < 0) {
-                return NULL;
-            }
-            if (is_collecting) {
+            if (self->collecting) {
                 if (PyDict_SetItem(self->changes, timestamp, self->mark) < 0) {
                     return NULL;
                 }
                 Py_RETURN_NONE;
             }
+            /* outside a key run (on_timer): what the Python method does, without its frame; the free slot in
+             * front lets a bound method put its self there instead of copying the arguments */
+            PyObject *call_args[3] = {NULL, self->namespace, timestamp};
+            return PyObject_Vectorcall(self->direct, call_args + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         }
     }
     return PyObject_CallOneArg(self->fallback, timestamp);
@@ -359,10 +359,17 @@ static PyMethodDef timer_call_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* A C field, not an attribute of the service read per call: the service sets it when its own flag changes (once
+ * per run of elements), and every call reads it for free. */
+static PyMemberDef timer_call_members[] = {
+    {"collecting", T_BOOL, offsetof(TimerCall, collecting), 0, "Collect the calls (True) or make them (False)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyTypeObject TimerCallType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.TimerCall",
-    .tp_doc = "One collected timer call of CoalescingTimerService (see keyedstate.fastpath).",
+    .tp_doc = "One register or delete call of timers.TimerService (see keyedstate.fastpath).",
     .tp_basicsize = sizeof(TimerCall),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,
@@ -371,11 +378,12 @@ static PyTypeObject TimerCallType = {
     .tp_traverse = (traverseproc)timer_call_traverse,
     .tp_clear = (inquiry)timer_call_clear,
     .tp_methods = timer_call_methods,
+    .tp_members = timer_call_members,
 };
 
 /* ---- TimerFlush ------------------------------------------------------------------------------------------- */
 
-/* CoalescingTimerService.flush for the common case: the heap timer queues, not firing, a current key. For every
+/* TimerService.flush for the common case: the heap timer queues, not firing, a current key. For every
  * collected timestamp it builds the timer tuple and settles it with one set lookup when the queue already agrees
  * (a deletion of a timer that was never queued, a registration of one already queued); the rest go to the queue's
  * own add()/remove(). Anything else (another queue type, a queue that is firing, no current key) goes to the
@@ -622,7 +630,7 @@ static PyMethodDef timer_flush_methods[] = {
 static PyTypeObject TimerFlushType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.TimerFlush",
-    .tp_doc = "CoalescingTimerService.flush over heap timer queues (see keyedstate.fastpath).",
+    .tp_doc = "TimerService.flush over heap timer queues (see keyedstate.fastpath).",
     .tp_basicsize = sizeof(TimerFlush),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,

@@ -1,16 +1,18 @@
 """A randomized workload for the differential test of the compiled fast path (tests/test_fastpath_differential.py).
 
 Run as ``python -m tests.fastpath_workload SEED...``: prints one JSON trace per seed of everything a user could
-observe — every output record in order, the state of every key and the pending timers after every batch — from
-a function that registers and deletes timers of both domains while elements run and while timers fire, and uses
-value, list and map state. The workload runs through the Spark group function (key runs, the compiled row
-builder, timer calls and timer flush, one key group), through the operator's key runs over many key groups (every
-pending timer and stored record traced), and through the harness (one element at a time). The test runs this
-module with and without ``KEYEDSTATE_PURE_PYTHON`` and compares the traces.
+observe — every output record in order, the state of every key and the pending timers after every batch — from a
+function that registers and deletes timers of both domains (int, numpy and datetime timestamps) while elements run and
+while timers fire (through the one TimerService both callbacks get), and uses value, list and map state. The workload
+runs through the Spark group function (key runs, the compiled row builder, timer calls and timer flush, one key
+group), through the operator's key runs over many key groups (every pending timer and stored record traced), and
+through the harness (one element at a time). The test runs this module with and without ``KEYEDSTATE_PURE_PYTHON`` and
+compares the traces.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import sys
@@ -43,6 +45,7 @@ COUNT = ValueStateDescriptor("count", Types.LONG())
 ITEMS = ListStateDescriptor("items", Types.STRING())
 SEEN = MapStateDescriptor("seen", Types.STRING(), Types.LONG())
 KEYS = [f"k{i}" for i in range(6)]
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 class Chaos(KeyedProcessFunction):
@@ -79,17 +82,23 @@ class Chaos(KeyedProcessFunction):
         yield ctx.get_current_key(), f"e{op}:{count}"
 
     def on_timer(self, timestamp, ctx):
+        # the same TimerService as process_element's, not collecting: int timestamps take the compiled direct call,
+        # numpy integers and datetimes the Python method
         timers = ctx.timer_service()
         step = timestamp % 5
         if step == 0:
             timers.register_event_time_timer(timestamp + 3)  # may fire in the same advance
         elif step == 1:
             timers.delete_event_time_timer(timestamp + 2)
+            timers.delete_event_time_timer(EPOCH + dt.timedelta(milliseconds=timestamp + 4))
         elif step == 2:
             timers.register_processing_time_timer(timestamp + 7)
         elif step == 3:
             self.count.update((self.count.value() or 0) + 100)
             self.items.clear()
+            timers.delete_processing_time_timer(timestamp + 4)
+            timers.register_processing_time_timer(np.int64(timestamp + 11))
+            timers.register_event_time_timer(np.int64(timestamp + 3))  # may fire in the same advance (as step 1)
         elif step == 4:  # delete and register again a timer that may be due in this advance: it still fires once
             timers.delete_event_time_timer(timestamp + 1)
             timers.register_event_time_timer(timestamp + 1)

@@ -14,11 +14,11 @@ _PROBE = """
 from keyedstate.fastpath import fastpath
 from keyedstate import Types, ValueStateDescriptor
 from keyedstate.state.heap import HeapKeyedStateBackend
-from timers.user_service import CoalescingTimerService
+from timers.user_service import TimerService
 from timers import InternalTimerService
 backend = HeapKeyedStateBackend(validate_writes=False)
 state = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
-calls = CoalescingTimerService(InternalTimerService(backend, None))
+calls = TimerService(InternalTimerService(backend, None))
 from keyedstate.spark.group_elements import rows_builder
 compiled_rows = "rows_from_columns" in repr(rows_builder(["a"]))
 print(fastpath is not None, type(state).__name__, "register_event_time_timer" in vars(calls), "flush" in vars(calls),
@@ -70,7 +70,7 @@ def test_every_attribute_the_compiled_types_read_is_declared_where_it_lives():
     from keyedstate.state.base.key_context import KEY_GROUP_FIELD, KEY_PREFIX_FIELD
     from keyedstate.state.heap import HeapKeyedStateBackend
     from timers import InternalTimerService
-    from timers.user_service import _FLUSH_FIELDS, COLLECTING_FIELD, CoalescingTimerService
+    from timers.user_service import _FLUSH_FIELDS
 
     backend = HeapKeyedStateBackend()
     service = InternalTimerService(backend, None)
@@ -85,7 +85,6 @@ def test_every_attribute_the_compiled_types_read_is_declared_where_it_lives():
         assert hasattr(owners[role], name), f"{role}: {type(owners[role]).__name__} has no {name!r}"
     assert getattr(backend, KEY_PREFIX_FIELD) == backend.current_key_prefix
     assert getattr(backend, KEY_GROUP_FIELD) == backend.current_key_group
-    assert getattr(CoalescingTimerService(service), COLLECTING_FIELD) is False
 
 
 @pytest.mark.compiled_only
@@ -99,6 +98,36 @@ def test_a_compiled_type_refuses_an_object_without_the_declared_attribute():
     with pytest.raises(AttributeError, match="has no attribute 'key_prefix'"):
         fastpath.HeapValueAccess(data={}, backend=Renamed(), prefix_field="key_prefix", namespace=b"",
                                  exact_types=None, slow_value=print, slow_update=print)
-    with pytest.raises(AttributeError, match="has no attribute 'collecting'"):
-        fastpath.TimerCall(owner=Renamed(), collecting_field="collecting", changes={}, mark=True, fallback=print,
-                           max_timestamp=1)
+
+
+@pytest.mark.compiled_only
+def test_a_compiled_timer_call_collects_while_collecting_and_otherwise_calls_the_service_method_itself():
+    """Collecting: an int timestamp in range is stored; not collecting: it goes to ``direct(namespace, timestamp)``
+    (the internal service's method, as the Python method does); anything else goes to the Python method."""
+    if fastpath is None:
+        pytest.fail("keyedstate._fastpath is not built")
+    changes, direct, fallback = {}, [], []
+    timer_call = fastpath.TimerCall(changes=changes, mark=False, direct=lambda *args: direct.append(args),
+                                    namespace=b"ns", fallback=fallback.append, max_timestamp=100)
+    assert timer_call.collecting is False
+    timer_call.collecting = True
+    timer_call.call(5)
+    timer_call.collecting = False
+    timer_call.call(6)
+    timer_call.call(101)  # out of range: the Python method raises there
+    timer_call.call(True)  # not exactly an int
+    assert (changes, direct, fallback) == ({5: False}, [(b"ns", 6)], [101, True])
+    with pytest.raises(TypeError, match="must be callable"):
+        fastpath.TimerCall(changes={}, mark=True, direct=None, namespace=b"", fallback=print, max_timestamp=1)
+
+
+def test_the_timer_service_hands_its_collecting_flag_to_its_compiled_calls(implementation):
+    from keyedstate.state.heap import HeapKeyedStateBackend
+    from timers import InternalTimerService, TimerService
+
+    service = TimerService(InternalTimerService(HeapKeyedStateBackend(), None))
+    for value in (True, False):
+        service.collecting = value
+        assert service.collecting is value
+        assert all(call.collecting is value for call in service._compiled_calls)
+    assert len(service._compiled_calls) == (4 if implementation == "compiled" else 0)

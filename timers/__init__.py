@@ -1,8 +1,8 @@
 """keyedstate's timer service: Flink's event-time and processing-time timers per key.
 
-* :class:`TimerService` is what user code gets from ``ctx.timer_service()`` (PyFlink's names).
-* :class:`CoalescingTimerService` is what ``process_element`` gets while the operator runs one key's elements in a row:
-  the same calls, applied to the queues once per key.
+* :class:`TimerService` is what user code gets from ``ctx.timer_service()`` (PyFlink's names), one per operator:
+  while the operator runs one key's elements in a row it collects their calls and applies them to the queues once
+  per key; in ``on_timer`` the calls reach the queues at once.
 * :class:`InternalTimerService` is what the operator drives: register / delete per current key and namespace,
   ``advance_watermark`` / ``advance_processing_time`` fire due timers in ascending timestamp order through a
   :class:`Triggerable`, per-key-group inspection and blobs for the Spark state row, persistence with the backend.
@@ -22,7 +22,7 @@ from timers.codec import (
     encode_record,
 )
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
-from timers.user_service import CoalescingTimerService, TimerService
+from timers.user_service import TimerService
 from timers.heap_partitioned import HeapPartitionedTimerQueue
 from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
@@ -39,7 +39,6 @@ __all__ = [
     "MAX_WATERMARK",
     "MIN_WATERMARK",
     "RECORD_FORMAT_VERSION",
-    "CoalescingTimerService",
     "ColumnTimerQueue",
     "HeapPartitionedTimerQueue",
     "HeapTimerQueue",

@@ -90,7 +90,7 @@ class KeyGroupPartitionedTimerQueue:
 
     def apply_changes(self, changes: dict[int, bool], prefix: bytes, namespace: bytes, key_group: int) -> None:
         """Register (True) or delete (False) the timer ``(timestamp, prefix, namespace, key_group)`` for every
-        ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``CoalescingTimerService``).
+        ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``TimerService``).
 
         The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath.c``) is the heap branch below in C.
         """

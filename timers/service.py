@@ -165,7 +165,7 @@ class InternalTimerService:
         """Apply collected registrations (True) and deletions (False) of the current key's timers, per timestamp.
 
         The net effect of any sequence of register/delete calls on one timer is its last call, so
-        :class:`~timers.user_service.CoalescingTimerService` keeps only that and hands it over here. Timestamps must
+        :class:`~timers.user_service.TimerService` keeps only that and hands it over here. Timestamps must
         already be validated epoch milliseconds.
         """
         backend = self.backend

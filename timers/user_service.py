@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 from keyedstate.fastpath import fastpath
@@ -13,10 +12,7 @@ from timers.queue import HeapTimerQueue
 from timers.service import InternalTimerService
 from timers.time import MAX_TIMESTAMP, to_epoch_millis
 
-__all__ = ["TimerService", "CoalescingTimerService", "COLLECTING_FIELD"]
-
-COLLECTING_FIELD = "collecting"
-"""The name of :attr:`CoalescingTimerService.collecting` (read by the compiled ``TimerCall``)."""
+__all__ = ["TimerService"]
 
 # The attributes the compiled TimerFlush reads, taken from their declarations: the key context's fields, and the
 # queues' __slots__ (a renamed slot makes this line fail at import).
@@ -30,13 +26,6 @@ _FLUSH_FIELDS = dict(
     remove_field=HeapPartitionedTimerQueue.remove.__name__,
 )
 
-_BOUND_TO_SERVICE = (
-    "register_event_time_timer",
-    "delete_event_time_timer",
-    "register_processing_time_timer",
-    "delete_processing_time_timer",
-)
-
 
 class TimerService:
     """Timers of the current key (PyFlink's ``TimerService``), all in the void namespace.
@@ -44,14 +33,60 @@ class TimerService:
     Times are int epoch milliseconds (aware datetimes are converted, see :mod:`timers.time`). A registered timer
     fires once, through ``on_timer``, when the watermark (event time) or processing time reaches its timestamp;
     registering the same timestamp twice for a key fires once, and deleting a timer that does not exist does nothing.
+
+    The operator owns one, the object ``ctx.timer_service()`` returns in ``process_element`` and ``on_timer``; as
+    in PyFlink it is valid only during the call that received it (see ``KeyedProcessFunction.Context`` for what a
+    kept one does).
+    While it runs one key's elements in a row it sets :attr:`collecting`: no timer can fire while those elements
+    run (timers fire only when time advances, between runs), and a timer's final state after any sequence of
+    register and delete calls is its last call. So the calls are kept per timestamp, one cheap dict store each, and
+    reach the timer queues once, when the operator calls :meth:`flush` before the current key changes; a key that
+    deletes its previous timer and registers the next one for every element touches the queue twice per run instead
+    of twice per element. Otherwise (in ``on_timer``) each call goes straight to the queues, so a timer registered
+    there at or before the time being advanced to fires in the same advance. Either way invalid timestamps fail at
+    the call.
     """
 
     def __init__(self, service: InternalTimerService) -> None:
         self._service = service
-        # User functions call these once or twice per element: bound partials (C) stand in for the methods below,
-        # which document them, and save a Python call each.
-        for name in _BOUND_TO_SERVICE:
-            setattr(self, name, partial(getattr(service, name), VOID_NAMESPACE))
+        self._event_time: dict[int, bool] = {}  # cleared by flush, never replaced: the compiled calls hold them
+        self._processing_time: dict[int, bool] = {}
+        self._collecting = False
+        self._compiled_calls: tuple[Any, ...] = ()  # they keep their own copy of the flag (see collecting)
+        if fastpath is not None:
+            # The common call (an int timestamp in range) runs in C: stored in the dict while collecting, handed to
+            # the service's own method otherwise; everything else reaches the methods below.
+            for name, changes, registered in (
+                ("register_event_time_timer", self._event_time, True),
+                ("delete_event_time_timer", self._event_time, False),
+                ("register_processing_time_timer", self._processing_time, True),
+                ("delete_processing_time_timer", self._processing_time, False),
+            ):
+                fallback = getattr(TimerService, name).__get__(self)
+                call = fastpath.TimerCall(changes=changes, mark=registered, direct=getattr(service, name),
+                                          namespace=VOID_NAMESPACE, fallback=fallback, max_timestamp=MAX_TIMESTAMP)
+                setattr(self, name, call.call)
+                self._compiled_calls += (call,)
+            # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
+            self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]
+                context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
+                event_changes=self._event_time, processing_changes=self._processing_time,
+                namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
+                fallback=TimerService.flush.__get__(self), **_FLUSH_FIELDS,
+            ).call
+
+    @property
+    def collecting(self) -> bool:
+        """True while the operator runs a key's elements (the calls are collected until :meth:`flush`); False
+        otherwise (the calls go straight to the queues, for the current key)."""
+        return self._collecting
+
+    @collecting.setter
+    def collecting(self, value: bool) -> None:
+        # set once per run of elements; the compiled calls read their copy without an attribute lookup per call
+        self._collecting = value = bool(value)
+        for call in self._compiled_calls:
+            call.collecting = value
 
     def current_processing_time(self) -> int:
         """The current processing time (on Spark: the micro-batch timestamp)."""
@@ -61,87 +96,36 @@ class TimerService:
         """The current event-time watermark (inside an event-time ``on_timer``: the watermark that fired it)."""
         return self._service.current_watermark()
 
-    def register_processing_time_timer(self, timestamp: Any) -> None:
-        """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
-        self._service.register_processing_time_timer(VOID_NAMESPACE, timestamp)
-
-    def register_event_time_timer(self, timestamp: Any) -> None:
-        """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
-        self._service.register_event_time_timer(VOID_NAMESPACE, timestamp)
-
-    def delete_processing_time_timer(self, timestamp: Any) -> None:
-        """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
-        self._service.delete_processing_time_timer(VOID_NAMESPACE, timestamp)
-
-    def delete_event_time_timer(self, timestamp: Any) -> None:
-        """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
-        self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)
-
-
-class CoalescingTimerService(TimerService):
-    """The ``TimerService`` that ``process_element`` gets while the operator runs one key's elements in a row.
-
-    No timer can fire while those elements run (timers fire only when time advances, between runs), and a timer's
-    final state after any sequence of register and delete calls is its last call. So the calls are kept per
-    timestamp, one cheap dict store each, and reach the timer queues once, when the operator calls :meth:`flush`
-    before the current key changes. A key that deletes its previous timer and registers the next one for every
-    element then touches the queue twice per run instead of twice per element. What user code observes is the same
-    as with :class:`TimerService`: invalid timestamps still fail at the call.
-    """
-
-    def __init__(self, service: InternalTimerService) -> None:
-        # not TimerService.__init__: it would bind the direct calls over the methods below
-        self._service = service
-        self._event_time: dict[int, bool] = {}  # cleared by flush, never replaced: the compiled calls hold them
-        self._processing_time: dict[int, bool] = {}
-        self.collecting = False
-        """Set by the operator while a run of elements is under way. Outside a run (a user function that kept this
-        object and calls it from ``on_timer``) the calls go straight to the queues, for the key current then."""
-        if fastpath is not None:
-            # The common call (an int timestamp in range, while collecting) runs in C; everything else reaches the
-            # methods below.
-            for name, changes, registered in (
-                ("register_event_time_timer", self._event_time, True),
-                ("delete_event_time_timer", self._event_time, False),
-                ("register_processing_time_timer", self._processing_time, True),
-                ("delete_processing_time_timer", self._processing_time, False),
-            ):
-                fallback = getattr(CoalescingTimerService, name).__get__(self)
-                call = fastpath.TimerCall(owner=self, collecting_field=COLLECTING_FIELD, changes=changes,
-                                          mark=registered, fallback=fallback, max_timestamp=MAX_TIMESTAMP)
-                setattr(self, name, call.call)
-            # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
-            self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]
-                context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
-                event_changes=self._event_time, processing_changes=self._processing_time,
-                namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
-                fallback=CoalescingTimerService.flush.__get__(self), **_FLUSH_FIELDS,
-            ).call
+    # The four calls below are what the compiled TimerCall does (keyedstate.fastpath): convert and check the
+    # timestamp once, then collect it or hand it to the service.
 
     def register_processing_time_timer(self, timestamp: Any) -> None:
         """Call ``on_timer`` for the current key when processing time reaches ``timestamp``."""
-        self._collect(self._processing_time, True, self._service.register_processing_time_timer, timestamp)
-
-    def register_event_time_timer(self, timestamp: Any) -> None:
-        """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
-        self._collect(self._event_time, True, self._service.register_event_time_timer, timestamp)
-
-    def delete_processing_time_timer(self, timestamp: Any) -> None:
-        """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
-        self._collect(self._processing_time, False, self._service.delete_processing_time_timer, timestamp)
-
-    def delete_event_time_timer(self, timestamp: Any) -> None:
-        """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
-        self._collect(self._event_time, False, self._service.delete_event_time_timer, timestamp)
-
-    def _collect(self, changes: dict, registered: bool, direct: Any, timestamp: Any) -> None:
-        """While collecting, the last call per timestamp wins (``changes``); otherwise the call goes straight to the
-        service (``direct``), as in ``on_timer``."""
-        timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
-        if self.collecting:
-            changes[timestamp] = registered
+        if self._collecting:
+            self._processing_time[to_epoch_millis(timestamp)] = True
         else:
-            direct(VOID_NAMESPACE, timestamp)
+            self._service.register_processing_time_timer(VOID_NAMESPACE, timestamp)
+
+    def register_event_time_timer(self, timestamp: Any) -> None:
+        """Call ``on_timer`` for the current key when the watermark reaches ``timestamp``."""
+        if self._collecting:
+            self._event_time[to_epoch_millis(timestamp)] = True
+        else:
+            self._service.register_event_time_timer(VOID_NAMESPACE, timestamp)
+
+    def delete_processing_time_timer(self, timestamp: Any) -> None:
+        """Delete the current key's processing-time timer at ``timestamp`` (no-op when there is none)."""
+        if self._collecting:
+            self._processing_time[to_epoch_millis(timestamp)] = False
+        else:
+            self._service.delete_processing_time_timer(VOID_NAMESPACE, timestamp)
+
+    def delete_event_time_timer(self, timestamp: Any) -> None:
+        """Delete the current key's event-time timer at ``timestamp`` (no-op when there is none)."""
+        if self._collecting:
+            self._event_time[to_epoch_millis(timestamp)] = False
+        else:
+            self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)
 
     def flush(self) -> None:
         """Apply the collected calls to the current key's timers; call it before the current key changes."""

@@ -31,7 +31,8 @@ class KeyedStateBootstrapFunction(Function):
     """
 
     class Context(ABC):
-        """What ``process_element`` can see: the current key and the timer service."""
+        """What ``process_element`` can see: the current key and the timer service; valid only during the call it
+        is passed to (see ``KeyedProcessFunction.Context``)."""
 
         @abstractmethod
         def get_current_key(self) -> Any:

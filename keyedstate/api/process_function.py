@@ -46,8 +46,13 @@ class KeyedProcessFunction(Function):
     class Context(ABC):
         """What ``process_element`` can see: the key, the element's timestamp, timers and side outputs.
 
-        Valid only during the call it is passed to, as in PyFlink: keep neither it nor its timer service. (Kept and
-        used later, they act on whatever key and time are current then.)"""
+        The context and its ``timer_service()`` are valid only during the call they are passed to
+        (``process_element`` or ``on_timer``), as in PyFlink: keep neither. What keyedstate does with a kept one:
+        a function instance gets the same context and timer service objects in every call, pointed at the call
+        under way, so used during a later call they act as that call's (its key, timestamp and timers). Used
+        outside any call (after the call returned, from ``open``/``close`` or another thread) is unsupported: they
+        act on whatever key the operator has current then, if any (none in the test harness: the timer calls and
+        ``get_current_key()`` raise ``NoKeyContextError``), and ``timestamp()`` is the last call's."""
 
         @abstractmethod
         def get_current_key(self) -> Any:
@@ -59,7 +64,8 @@ class KeyedProcessFunction(Function):
 
         @abstractmethod
         def timer_service(self) -> Any:
-            """The :class:`~timers.TimerService` for registering and deleting timers of the current key."""
+            """The :class:`~timers.TimerService` for registering and deleting timers of the current key (valid only
+            during this call, like the context)."""
 
         @abstractmethod
         def output(self, output_tag: OutputTag, value: Any) -> None:

@@ -22,7 +22,6 @@ from keyedstate.errors import ConfigurationError, KeyedStateError, UserFunctionE
 from keyedstate.operator.outputs import OutputBuffer, short_repr
 from keyedstate.state.base.backend import KeyedStateBackend
 from timers import InternalTimerService, TimerService
-from timers.user_service import CoalescingTimerService
 
 __all__ = ["KeyedProcessOperator"]
 
@@ -30,7 +29,9 @@ logger = logging.getLogger("keyedstate.operator")
 
 
 class _Context(KeyedProcessFunction.OnTimerContext):
-    """The single context object passed to ``process_element`` and ``on_timer`` (re-pointed for each call)."""
+    """The single context object passed to ``process_element`` and ``on_timer`` (re-pointed for each call), with
+    the operator's single user-facing timer service. Both are valid only during the call that received them; one
+    kept and used later acts as the context of the call under way then (see ``KeyedProcessFunction.Context``)."""
 
     __slots__ = ("_operator", "_timestamp", "_domain", "_timer_service")
 
@@ -38,7 +39,7 @@ class _Context(KeyedProcessFunction.OnTimerContext):
         self._operator = operator
         self._timestamp: Optional[int] = None
         self._domain: Optional[TimeDomain] = None
-        self._timer_service: TimerService = operator.user_timer_service
+        self._timer_service: TimerService = operator.user_timer_service  # a slot: timer_service() runs per element
 
     def get_current_key(self) -> Any:
         return self._operator.backend.get_current_key()
@@ -104,8 +105,9 @@ class KeyedProcessOperator:
         self.backend = backend
         self.outputs = OutputBuffer()
         self.timer_service = InternalTimerService(backend, self)
+        # The one TimerService user code sees, in process_element and on_timer: it collects a key run's calls
+        # (process_key_runs sets `collecting`) and passes the calls of on_timer straight to the queues.
         self.user_timer_service = TimerService(self.timer_service)
-        self._key_run_timer_service = CoalescingTimerService(self.timer_service)
         self.runtime_context = RuntimeContext(
             backend,
             task_name=task_name or self.function_name,
@@ -166,11 +168,10 @@ class KeyedProcessOperator:
         describe = describes[0]
         context = self._context
         context._domain = None
-        # A key's timer calls reach the queues once per run (see CoalescingTimerService); flushed before the key
-        # changes, and on the way out even when an element failed, so what the run registered stays registered.
-        timer_calls = self._key_run_timer_service
+        # A key's timer calls reach the queues once per run (see TimerService); flushed before the key changes, and
+        # on the way out even when an element failed, so what the run registered stays registered.
+        timer_calls = self.user_timer_service
         flush_timer_calls = timer_calls.flush
-        context._timer_service = timer_calls
         timer_calls.collecting = True
         index = start = 0
         try:
@@ -194,9 +195,10 @@ class KeyedProcessOperator:
             method = self.element_methods[0 if input_indexes is None else input_indexes[index]]
             raise self._user_error(method, f"element {short_repr(values[index])}", error) from error
         finally:
-            context._timer_service = self.user_timer_service
-            flush_timer_calls()
-            timer_calls.collecting = False
+            try:
+                flush_timer_calls()
+            finally:
+                timer_calls.collecting = False
 
     # ---- time ----------------------------------------------------------------------------------------------------
 

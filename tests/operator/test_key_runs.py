@@ -17,7 +17,6 @@ from keyedstate.serialization import encode_key
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing import KeyedProcessHarness
 from timers import TimeDomain
-from timers.user_service import CoalescingTimerService
 
 NUM_KEY_GROUPS = 16
 
@@ -127,8 +126,8 @@ def test_a_failing_element_keeps_the_timers_registered_before_it_and_names_key_a
     operator.backend.clear_current_key()
     assert _timers(operator) == [[(5, "a")], [(9, "b")]]
     assert operator.elements_processed == 4
-    # The timer service handed to callbacks afterwards is the direct one: the due timer registered by the callback
-    # at 7 (for 8) fires in the same advance.
+    # The failed run stopped collecting: the due timer the callback at 7 registers (for 8) fires in the same advance.
+    assert operator.user_timer_service.collecting is False
     runs, values, timestamps = _runs([("c", ("register_event_time_timer", 7))])
     operator.process_key_runs(runs, values, timestamps)
     operator.outputs.drain()
@@ -210,18 +209,21 @@ def test_key_runs_of_two_inputs_dispatch_by_input_index_like_process_element():
 
 
 class SeesItsTimerService(KeyedProcessFunction):
-    """Records whether each call's timer service was collecting a key run's calls."""
+    """Records each call's timer service and whether it was collecting a key run's calls."""
 
     def __init__(self):
         self.seen = []
+        self.services = set()
 
     def process_element(self, value, ctx):
         service = ctx.timer_service()
-        self.seen.append(("element", isinstance(service, CoalescingTimerService) and service.collecting))
+        self.services.add(id(service))
+        self.seen.append(("element", service.collecting))
         service.register_event_time_timer(10)
 
     def on_timer(self, timestamp, ctx):
-        self.seen.append(("timer", getattr(ctx.timer_service(), "collecting", False)))
+        self.services.add(id(ctx.timer_service()))
+        self.seen.append(("timer", ctx.timer_service().collecting))
         if timestamp == 10:
             ctx.timer_service().register_event_time_timer(5)  # already due: fires in the same advance
 
@@ -233,3 +235,4 @@ def test_the_harness_runs_each_element_as_a_key_run_like_spark():
         assert harness.num_event_time_timers() == 1  # the run's collected call was flushed when the run ended
         assert harness.process_watermark(10) == 2
     assert function.seen == [("element", True), ("timer", False), ("timer", False)]
+    assert len(function.services) == 1  # one TimerService, collecting only while the key's elements run

@@ -58,6 +58,36 @@ def test_registering_a_timer_outside_a_keyed_context_is_a_clear_error():
     harness.close()
 
 
+class KeepsTheFirstContext(KeyedProcessFunction):
+    """Keeps the first context it gets and uses only that one (unsupported, but what it does is documented)."""
+
+    kept = None
+
+    def process_element(self, value, ctx):
+        self.kept = self.kept or ctx
+        self.kept.timer_service().register_event_time_timer(self.kept.timestamp() + 1)
+        yield self.kept.get_current_key(), self.kept.timestamp()
+
+    def on_timer(self, timestamp, ctx):
+        yield self.kept.get_current_key(), self.kept.timestamp(), self.kept.time_domain().name
+
+
+def test_a_kept_context_acts_as_the_context_of_the_call_under_way_and_outside_calls_has_no_key():
+    harness = KeyedProcessHarness(KeepsTheFirstContext(), key_selector=lambda v: v).open()
+    harness.process_element("a", timestamp=10)
+    harness.process_element("b", timestamp=20)
+    harness.process_watermark(25)
+    assert [tuple(record) for record in harness.extract_output()] == [
+        ("a", 10), ("b", 20), ("a", 11, "EVENT_TIME"), ("b", 21, "EVENT_TIME")]
+    kept = harness.operator.function.kept
+    with pytest.raises(NoKeyContextError):
+        kept.get_current_key()
+    with pytest.raises(NoKeyContextError):
+        kept.timer_service().delete_event_time_timer(11)
+    assert kept.timestamp() == 21
+    harness.close()
+
+
 class StateInInit(KeyedProcessFunction):
     def __init__(self):
         self.count = ValueStateDescriptor("count", Types.LONG())  # the mistake: a descriptor is not state

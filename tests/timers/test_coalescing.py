@@ -1,4 +1,4 @@
-"""CoalescingTimerService: a key run's timer calls, kept per timestamp, have the effect of the direct calls."""
+"""TimerService while collecting (a key run): the calls, kept per timestamp, have the effect of the direct calls."""
 
 from __future__ import annotations
 
@@ -9,16 +9,15 @@ import pytest
 from keyedstate.errors import InvalidTimestampError, NoKeyContextError
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import TimeDomain, TimerService
-from timers.user_service import CoalescingTimerService
 
 from test_semantics import at, make
 
 pytestmark = pytest.mark.usefixtures("implementation")  # compiled calls where built, and the Python ones
 
 
-def _collecting(service) -> CoalescingTimerService:
+def _collecting(service) -> TimerService:
     """The service as the operator uses it during a run of elements."""
-    calls = CoalescingTimerService(service)
+    calls = TimerService(service)
     calls.collecting = True
     return calls
 
@@ -89,7 +88,7 @@ def test_an_invalid_timestamp_fails_at_the_call_and_is_not_collected(setup, meth
 
 
 def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup):
-    """The oracle is TimerService, which applies every call to the queues at once."""
+    """The oracle is a TimerService that is not collecting: it applies every call to the queues at once."""
     rng = random.Random(7)
     backend_a, direct_service, _ = make(setup)
     backend_b, coalesced_service, _ = make(setup)
@@ -113,7 +112,7 @@ def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup
 
 def test_outside_a_run_the_calls_go_straight_to_the_queues(setup):
     backend, service, rec = make(setup)
-    calls = CoalescingTimerService(service)  # not collecting: what a function that kept it gets in on_timer
+    calls = TimerService(service)  # not collecting: what on_timer's calls meet
     at(backend, "k")
     calls.register_event_time_timer(10)
     calls.register_processing_time_timer(11)
