@@ -65,18 +65,19 @@ def _sizes(runs: dict) -> tuple[int | None, int | None]:
 WHY = {
     "growth": "RocksDB mode's later batch should cost what changed; growth with state means opening a key group's "
               "database, its compactions or a base snapshot got slower with its size.",
-    "tws": "A worker keeps each key group's database open between batches, but Spark gives a partition's next "
-           "task to either of the two workers, so many key groups move each batch and the new worker pays a full "
-           "open (~9 ms each, 128 key groups by default) while the old one flushes and closes; batches where every "
-           "key group stays take about half as long. transformWithStateInPandas pays per changed key (4 JVM round "
-           "trips here). The tuned row (num_key_groups=8) shows the fixed cost's share. Breakdown: "
-           "bench/PROFILE-spark.md, RocksDB mode.",
+    "tws": "Each worker keeps its own copy of every key group's database open and catches up with the changelogs "
+           "the other worker wrote (docs/rocksdb-mode-design.md), so a later batch costs ~128 calls of fixed work "
+           "(a changelog file and the row written, missed changelogs read) plus the changed keys; a worker's first "
+           "call of a key group, and copies behind a new base, rebuild from storage. transformWithStateInPandas "
+           "pays per changed key (4 JVM round trips here). The tuned row (num_key_groups=8) shows the per-call "
+           "share. Breakdown: bench/PROFILE-spark.md, RocksDB mode.",
     "bytes": "RocksDB mode writes a changelog per key group and batch and, every 64 changelogs or when they "
              "outgrow the base, a new base's new SSTs; more means bigger changelogs or bases written more often.",
     "s3": "A later batch writes one changelog object per changed key group (one PUT each) and reads nothing; more "
           "than local means the PUTs' latency adds up per call, or a base upload's multipart requests do.",
-    "memory": "A RocksDB-mode worker keeps databases open within one block cache and one memtable budget (64 MiB "
-              "each by default) plus one key group's elements; more means something is held across key groups.",
+    "memory": "A RocksDB-mode worker keeps its copies of the databases open within one block cache and one memtable "
+              "budget (64 MiB each by default) plus one key group's elements; more means something is held across "
+              "key groups.",
 }
 
 
