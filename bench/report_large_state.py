@@ -73,8 +73,10 @@ WHY = {
            "share. Breakdown: bench/PROFILE-spark.md, RocksDB mode.",
     "bytes": "RocksDB mode writes a changelog per key group and batch and, every 64 changelogs or when they "
              "outgrow the base, a new base's new SSTs; more means bigger changelogs or bases written more often.",
-    "s3": "A later batch writes one changelog object per changed key group (one PUT each) and reads nothing; more "
-          "than local means the PUTs' latency adds up per call, or a base upload's multipart requests do.",
+    "s3": "A later batch writes one changelog object per changed key group (one PUT each), and a worker whose copy "
+          "of a key group is behind reads the changelogs it missed (one GET each, usually one per call); more than "
+          "local means those requests' latency adds up per call, or a base upload's multipart requests do. "
+          "Keeping each changelog an executor's workers wrote on its local disk too would remove the GETs.",
     "memory": "A RocksDB-mode worker keeps its copies of the databases open within one block cache and one memtable "
               "budget (64 MiB each by default) plus one key group's elements; more means something is held across "
               "key groups.",
