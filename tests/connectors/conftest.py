@@ -129,3 +129,13 @@ def spark(tmp_path_factory):
     _CLEANUPS.append(cleanup)
     yield session
     cleanup()
+
+
+@pytest.fixture()
+def empty_producer_pool() -> Iterator[None]:
+    """No at-least-once sink producer kept from an earlier test, and none left for the next one."""
+    from connectors.kafka import sink_producers
+
+    sink_producers.close_all()
+    yield
+    sink_producers.close_all()

@@ -7,18 +7,10 @@ import pyarrow as pa
 import pytest
 from kafka_helpers import create_topic, read_committed
 
-from connectors.kafka import sink_producers
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
 
-pytestmark = [pytest.mark.kafka]
-
-
-@pytest.fixture(autouse=True)
-def empty_pool():
-    sink_producers.close_all()
-    yield
-    sink_producers.close_all()
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("empty_producer_pool")]
 
 
 def _batch(first: int, count: int, with_keys: bool) -> pa.RecordBatch:

@@ -12,14 +12,7 @@ from connectors.kafka.errors import RecordTooLargeError
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
 
-pytestmark = [pytest.mark.kafka]
-
-
-@pytest.fixture(autouse=True)
-def empty_pool():
-    sink_producers.close_all()
-    yield
-    sink_producers.close_all()
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("empty_producer_pool")]
 
 
 def _rows(values: list[str]) -> list[pa.RecordBatch]:
