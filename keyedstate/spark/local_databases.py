@@ -4,9 +4,9 @@ uses one now, and removing those no key group has used for a while.
 Layout below the local directory::
 
     <query id>/<uid>/kg-00007/           the key group's database (RocksDB files)
-    <query id>/<uid>/kg-00007.c1/        a second copy of it, and so on up to MAX_COPIES (see below)
     <query id>/<uid>/kg-00007/KEYEDSTATE-TAG   the tag of the committed version the database holds (absent while a
                                          call runs or after one failed)
+    <query id>/<uid>/kg-00007.c1/        a second copy of it, and so on up to MAX_COPIES (see below)
     <query id>/<uid>/kg-00007.lock       flock'ed by the worker process that uses the database or keeps it open
                                          (any process on the machine may run the key group's next call); holds
                                          that process's pid

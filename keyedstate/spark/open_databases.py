@@ -5,7 +5,8 @@ Spark reuses a Python worker for task after task (``spark.python.worker.reuse``,
 group's next call to any worker. A kept database stays locked (its ``.lock`` file names this process); another
 worker takes a copy of its own (:mod:`keyedstate.spark.local_databases`), and only when every copy is held does it
 ask for one: a listener thread serves those requests (:meth:`LocalDatabases.acquire` sends them over
-``workers/<pid>.fifo``), flushing, closing and tagging the database and releasing the lock. The thread also closes databases unused for :data:`KEEP_OPEN_SECONDS`, before
+``workers/<pid>.fifo``), flushing, closing and tagging the database and releasing the lock. The thread also closes
+databases unused for :data:`KEEP_OPEN_SECONDS`, before
 Spark's idle-worker cleanup (one minute without tasks) kills the worker with SIGKILL; a worker killed while it keeps
 databases open leaves them without a tag, so they are rebuilt from durable storage, as after any crash.
 
@@ -102,17 +103,11 @@ class OpenDatabases:
 
     # ---- the call's side ---------------------------------------------------------------------------------------------
 
-    def take(self, path: str) -> Optional[KeptDatabase]:
-        """The kept database at ``path`` (no longer kept: the caller uses it, and owns its lock), or None. From now
-        until :meth:`done` a request to close ``path`` is deferred to the end of the call."""
-        with self._mutex:
-            self._in_use = path
-            self._release_after_use = False
-            return self._kept.pop(path, None)
-
     def take_first(self, paths: list[str]) -> tuple[Optional[str], Optional[KeptDatabase]]:
-        """:meth:`take` for the first of ``paths`` this process keeps (one key group's copies); (None, None) when it
-        keeps none of them (then :meth:`use` names the path the call locks instead)."""
+        """The first of ``paths`` (one key group's copies) whose database this process keeps, and that database (no
+        longer kept: the caller uses it, and owns its lock); (None, None) when it keeps none of them, and then
+        :meth:`use` names the path the call locks instead. From now until :meth:`done` a request to close the path
+        in use is deferred to the end of the call."""
         with self._mutex:
             self._release_after_use = False
             for path in paths:
@@ -124,13 +119,13 @@ class OpenDatabases:
             return None, None
 
     def use(self, path: str) -> None:
-        """The call uses the database at ``path``, which it locked itself: as after :meth:`take`."""
+        """The call uses the database at ``path``, which it locked itself: as after :meth:`take_first`."""
         with self._mutex:
             self._in_use = path
             self._release_after_use = False
 
     def done(self) -> None:
-        """The call on the database taken or opened since :meth:`take` ended without keeping it."""
+        """The call on the database taken or opened since :meth:`take_first` ended without keeping it."""
         with self._mutex:
             self._in_use = None
 

@@ -73,13 +73,13 @@ def test_a_kept_database_is_closed_and_tagged_when_another_process_asks_for_it(l
     assert other.returncode == 0, err
     assert out.strip() == "tag-7"  # the tag was on disk before the lock was released
     assert database.closed_at is not None and len(open_databases) == 0
-    assert open_databases.take(path) is None  # this process no longer believes it holds the database
+    assert open_databases.take_first([path]) == (None, None)  # this process no longer believes it holds the database
 
 
 def test_a_request_for_a_database_in_use_is_served_when_the_call_ends(local):
     open_databases = OpenDatabases(local, keep_seconds=3_600)
     path, database = kept_database(local, open_databases, 8, "tag-8")
-    kept = open_databases.take(path)  # a call of this process uses it now
+    _, kept = open_databases.take_first([path])  # a call of this process uses it now
     assert kept is not None and kept.database is database
 
     other = take_in_another_process(local.root, path)
@@ -98,7 +98,7 @@ def test_a_request_for_a_database_in_use_is_served_when_the_call_ends(local):
 def test_without_requests_a_database_stays_kept_for_the_next_call(local):
     open_databases = OpenDatabases(local, keep_seconds=3_600)
     path, database = kept_database(local, open_databases, 9, "tag-9")
-    kept = open_databases.take(path)
+    _, kept = open_databases.take_first([path])
     assert kept is not None and kept.tag == "tag-9" and database.closed_at is None
     assert open_databases.keep(path, kept.database, "tag-10", kept.lock) is True
     open_databases.close_all()
