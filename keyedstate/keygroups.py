@@ -115,9 +115,6 @@ class KeyGroupRange:
     def __len__(self) -> int:
         return max(0, self.end - self.start + 1)
 
-    def intersection(self, other: "KeyGroupRange") -> "KeyGroupRange":
-        return KeyGroupRange(max(self.start, other.start), min(self.end, other.end))
-
     def to_json(self) -> list[int]:
         return [self.start, self.end]
 
