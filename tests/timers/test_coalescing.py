@@ -10,7 +10,7 @@ from keyedstate.errors import InvalidTimestampError, NoKeyContextError
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import TimeDomain, TimerService
 
-from test_semantics import at, make
+from timer_helpers import at, make
 
 pytestmark = pytest.mark.usefixtures("implementation")  # compiled calls where built, and the Python ones
 

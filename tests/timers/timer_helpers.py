@@ -145,3 +145,17 @@ def snapshot_restore(setup: Setup, backend: Any, service: InternalTimerService, 
         loading.flush()
         restored.append(new)
     return restored
+
+
+def make(setup: Setup, backend: Any = None, on_fire: Optional[Callable] = None) -> tuple[Any, Any, Recorder]:
+    """A backend (new unless given), a timer service of ``setup``'s storage on it, and the recorder it fires into."""
+    backend = backend or setup.backend()
+    recorder = Recorder(backend, on_fire)
+    service = recorder.bind(setup.service(backend))
+    return backend, service, recorder
+
+
+def at(backend: Any, key: Any) -> Any:
+    """``backend`` with ``key`` as its current key (registrations are for the current key)."""
+    backend.set_current_key(key)
+    return backend
