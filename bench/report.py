@@ -19,6 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import report_history  # noqa: E402
 import report_large_state as LS  # noqa: E402
 import report_spark as S  # noqa: E402
 from report_sections import (find_bench as _bench, harness_section, kafka_section, state_section,  # noqa: E402
@@ -243,7 +244,9 @@ def write_report(results: Path, report_dir: Path) -> list[Path]:
     has_targets_plot = plot_targets(rows, targets_png)
     has_scaling_plot = S.plot_scaling(S.count_rounds(run["spark"]), scaling_png)
     has_large_state_plot = LS.plot(run["spark"], large_state_png)
-    lines = (_header(run) + _targets_section(rows, has_targets_plot) + state_section(run) + timers_section(run)
+    history = report_history.section(rows, results, REPO_ROOT, run["meta"].get("started_utc"),
+                                     lambda directory: targets(load_run(directory)))
+    lines = (_header(run) + _targets_section(rows, has_targets_plot) + history + state_section(run) + timers_section(run)
              + harness_section(run) + kafka_section(run) + _spark_section(run, has_scaling_plot)
              + LS.section(run["spark"], has_large_state_plot))
     out = report_dir / "RESULTS.md"
