@@ -43,6 +43,13 @@ test: venv kafka-jars s3proxy-jar
 	echo "---- beside the suite: make compat (.cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
 	[ $$suite -eq 0 ] && [ $$pure -eq 0 ] && [ $$beside -eq 0 ]
 
+# The whole suite (every marker) with the compiled fast path off, one stream (~35 min idle): what `make test` does
+# for the tests that need neither Spark nor Kafka, for all of them. Not part of `make test`, whose 30-minute budget
+# on 2 cores it would exceed.
+.PHONY: test-pure
+test-pure: venv kafka-jars s3proxy-jar
+	KEYEDSTATE_PURE_PYTHON=1 $(PY) -m pytest --durations=20 $(PYTEST_ARGS)
+
 # Only the tests marked long (also part of `make test`): 300 micro-batches with state on S3.
 test-long: venv kafka-jars s3proxy-jar
 	$(PY) -m pytest -m long $(PYTEST_ARGS)
