@@ -259,11 +259,35 @@ static PyTypeObject HeapValueAccessType = {
     .tp_methods = access_methods,
 };
 
+/* ---- CollectingFlag --------------------------------------------------------------------------------------- */
+
+/* One TimerService's `collecting` flag, shared by its four TimerCalls: the service sets it once per run of elements
+ * (one store), and every call reads it through a pointer (no attribute lookup per call). */
+typedef struct {
+    PyObject_HEAD
+    char on;
+} CollectingFlag;
+
+static PyMemberDef collecting_flag_members[] = {
+    {"on", T_BOOL, offsetof(CollectingFlag, on), 0, "Collect the timer calls (True) or make them (False)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject CollectingFlagType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "keyedstate._fastpath.CollectingFlag",
+    .tp_doc = "The collecting flag a TimerService shares with its TimerCalls (see keyedstate.fastpath).",
+    .tp_basicsize = sizeof(CollectingFlag),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_members = collecting_flag_members,
+};
+
 /* ---- TimerCall --------------------------------------------------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
-    char collecting;    /* set by the TimerService with its own flag: collect, or call `direct` */
+    CollectingFlag *collecting; /* the TimerService's flag: collect, or call `direct` */
     PyObject *changes;  /* dict timestamp -> True (registered) / False (deleted) of the current key's run */
     PyObject *mark;     /* what this call stores: True or False */
     PyObject *direct;   /* callable(namespace, timestamp): the internal service's method, when not collecting */
@@ -275,6 +299,7 @@ typedef struct {
 static int
 timer_call_traverse(TimerCall *self, visitproc visit, void *arg)
 {
+    Py_VISIT(self->collecting);
     Py_VISIT(self->changes);
     Py_VISIT(self->mark);
     Py_VISIT(self->direct);
@@ -286,6 +311,7 @@ timer_call_traverse(TimerCall *self, visitproc visit, void *arg)
 static int
 timer_call_clear(TimerCall *self)
 {
+    Py_CLEAR(self->collecting);
     Py_CLEAR(self->changes);
     Py_CLEAR(self->mark);
     Py_CLEAR(self->direct);
@@ -305,18 +331,20 @@ timer_call_dealloc(TimerCall *self)
 static int
 timer_call_init(TimerCall *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"changes", "mark", "direct", "namespace", "fallback", "max_timestamp", NULL};
-    PyObject *changes, *mark, *direct, *namespace, *fallback;
+    static char *keywords[] = {"collecting", "changes", "mark", "direct", "namespace", "fallback", "max_timestamp",
+                               NULL};
+    PyObject *collecting, *changes, *mark, *direct, *namespace, *fallback;
     long long max_timestamp;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!OOOL:TimerCall", keywords, &PyDict_Type, &changes,
-                                     &PyBool_Type, &mark, &direct, &namespace, &fallback, &max_timestamp)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O!O!OOOL:TimerCall", keywords, &CollectingFlagType,
+                                     &collecting, &PyDict_Type, &changes, &PyBool_Type, &mark, &direct, &namespace,
+                                     &fallback, &max_timestamp)) {
         return -1;
     }
     if (!PyCallable_Check(direct) || !PyCallable_Check(fallback)) {
         PyErr_SetString(PyExc_TypeError, "TimerCall: direct and fallback must be callable");
         return -1;
     }
-    self->collecting = 0;
+    Py_XSETREF(self->collecting, (CollectingFlag *)Py_NewRef(collecting));
     Py_XSETREF(self->changes, Py_NewRef(changes));
     Py_XSETREF(self->mark, Py_NewRef(mark));
     Py_XSETREF(self->direct, Py_NewRef(direct));
@@ -339,7 +367,7 @@ timer_call_call(TimerCall *self, PyObject *timestamp)
             return NULL;
         }
         if (!overflow && millis >= 0 && millis <= self->max_timestamp) {
-            if (self->collecting) {
+            if (self->collecting->on) {
                 if (PyDict_SetItem(self->changes, timestamp, self->mark) < 0) {
                     return NULL;
                 }
@@ -359,10 +387,9 @@ static PyMethodDef timer_call_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-/* A C field, not an attribute of the service read per call: the service sets it when its own flag changes (once
- * per run of elements), and every call reads it for free. */
+/* Read-only: the flag is set through its owner (TimerService.collecting), never through one of its calls. */
 static PyMemberDef timer_call_members[] = {
-    {"collecting", T_BOOL, offsetof(TimerCall, collecting), 0, "Collect the calls (True) or make them (False)."},
+    {"collecting", T_OBJECT_EX, offsetof(TimerCall, collecting), READONLY, "The shared CollectingFlag."},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -736,8 +763,8 @@ static struct PyModuleDef fastpath_module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    if (PyType_Ready(&HeapValueAccessType) < 0 || PyType_Ready(&TimerCallType) < 0 ||
-        PyType_Ready(&TimerFlushType) < 0) {
+    if (PyType_Ready(&HeapValueAccessType) < 0 || PyType_Ready(&CollectingFlagType) < 0 ||
+        PyType_Ready(&TimerCallType) < 0 || PyType_Ready(&TimerFlushType) < 0) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&fastpath_module);
@@ -745,6 +772,7 @@ PyInit__fastpath(void)
         return NULL;
     }
     if (PyModule_AddObjectRef(module, "HeapValueAccess", (PyObject *)&HeapValueAccessType) < 0 ||
+        PyModule_AddObjectRef(module, "CollectingFlag", (PyObject *)&CollectingFlagType) < 0 ||
         PyModule_AddObjectRef(module, "TimerCall", (PyObject *)&TimerCallType) < 0 ||
         PyModule_AddObjectRef(module, "TimerFlush", (PyObject *)&TimerFlushType) < 0) {
         Py_DECREF(module);
