@@ -1,0 +1,77 @@
+/* The module keyedstate._fastpath: the helpers every type uses and the registration of the types and functions
+ * (see fastpath.h). */
+#include "fastpath.h"
+
+/* An interned attribute name (new reference) from a constructor argument; with `owner` given, it must have it. */
+PyObject *
+attribute_name(PyObject *name, PyObject *owner, const char *type_name)
+{
+    if (!PyUnicode_CheckExact(name)) {
+        PyErr_Format(PyExc_TypeError, "%s: attribute names must be str", type_name);
+        return NULL;
+    }
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    if (owner != NULL) {
+        PyObject *value = PyObject_GetAttr(owner, name);
+        if (value == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_AttributeError, "%s: %R has no attribute %R (renamed without updating its "
+                             "declaration?)", type_name, Py_TYPE(owner), name);
+            }
+            Py_DECREF(name);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    return name;
+}
+
+/* Objects made with __new__ alone (without __init__) have NULL fields: refuse them instead of crashing. */
+int
+not_initialized(const void *field, const char *type_name)
+{
+    if (field != NULL) {
+        return 0;
+    }
+    PyErr_Format(PyExc_RuntimeError, "%s was created without calling __init__", type_name);
+    return 1;
+}
+
+/* ---- module ------------------------------------------------------------------------------------------------ */
+
+static PyMethodDef module_methods[] = {
+    {"rows_from_columns", (PyCFunction)(void (*)(void))rows_from_columns, METH_FASTCALL,
+     "rows_from_columns(row_type, columns) -> [row_type(values at i) for each position i of the columns]"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef fastpath_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "keyedstate._fastpath",
+    .m_doc = "Compiled fast path of per-element state and timer calls (optional; see keyedstate.fastpath).",
+    .m_size = -1,
+    .m_methods = module_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__fastpath(void)
+{
+    if (PyType_Ready(&HeapValueAccessType) < 0 || PyType_Ready(&CollectingFlagType) < 0 ||
+        PyType_Ready(&TimerCallType) < 0 || PyType_Ready(&TimerFlushType) < 0) {
+        return NULL;
+    }
+    PyObject *module = PyModule_Create(&fastpath_module);
+    if (module == NULL) {
+        return NULL;
+    }
+    if (PyModule_AddObjectRef(module, "HeapValueAccess", (PyObject *)&HeapValueAccessType) < 0 ||
+        PyModule_AddObjectRef(module, "CollectingFlag", (PyObject *)&CollectingFlagType) < 0 ||
+        PyModule_AddObjectRef(module, "TimerCall", (PyObject *)&TimerCallType) < 0 ||
+        PyModule_AddObjectRef(module, "TimerFlush", (PyObject *)&TimerFlushType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
