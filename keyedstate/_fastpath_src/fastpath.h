@@ -36,7 +36,18 @@
 
 /* module.c */
 FASTPATH_INTERNAL PyObject *attribute_name(PyObject *name, PyObject *owner, const char *type_name);
-FASTPATH_INTERNAL int not_initialized(const void *field, const char *type_name);
+
+/* Objects made with __new__ alone (without __init__) have NULL fields: refuse them instead of crashing. Checked on
+ * every call, so defined here to be inlined in each file. */
+static inline int
+not_initialized(const void *field, const char *type_name)
+{
+    if (field != NULL) {
+        return 0;
+    }
+    PyErr_Format(PyExc_RuntimeError, "%s was created without calling __init__", type_name);
+    return 1;
+}
 
 /* rows_from_columns.c */
 FASTPATH_INTERNAL PyObject *rows_from_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs);

@@ -1,5 +1,5 @@
-/* The module keyedstate._fastpath: the helpers every type uses and the registration of the types and functions
- * (see fastpath.h). */
+/* The module keyedstate._fastpath: the registration of the types and functions, and attribute_name, which their
+ * constructors share (see fastpath.h). */
 #include "fastpath.h"
 
 /* An interned attribute name (new reference) from a constructor argument; with `owner` given, it must have it. */
@@ -26,17 +26,6 @@ attribute_name(PyObject *name, PyObject *owner, const char *type_name)
         Py_DECREF(value);
     }
     return name;
-}
-
-/* Objects made with __new__ alone (without __init__) have NULL fields: refuse them instead of crashing. */
-int
-not_initialized(const void *field, const char *type_name)
-{
-    if (field != NULL) {
-        return 0;
-    }
-    PyErr_Format(PyExc_RuntimeError, "%s was created without calling __init__", type_name);
-    return 1;
 }
 
 /* ---- module ------------------------------------------------------------------------------------------------ */
