@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 .PHONY: venv test test-long compat demo bench kafka-jars s3proxy-jar broker clean
 
-$(VENV)/.installed: pyproject.toml setup.py keyedstate/_fastpath.c
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard keyedstate/_fastpath_src/*.c keyedstate/_fastpath_src/*.h)
 	test -x $(PY) || $(PYTHON_BOOTSTRAP) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'

@@ -1,4 +1,4 @@
-"""The optional compiled fast path (``keyedstate/_fastpath.c``) and the switch that turns it off.
+"""The optional compiled fast path (C sources in ``keyedstate/_fastpath_src/``) and the switch that turns it off.
 
 A ``KeyedProcessFunction`` calls ``ValueState.value()``/``update()`` and the timer service once or twice per
 element. Over the heap backend each of those calls is one dict operation; as a Python method the call costs several

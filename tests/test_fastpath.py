@@ -107,27 +107,36 @@ def test_a_compiled_timer_call_collects_while_collecting_and_otherwise_calls_the
     if fastpath is None:
         pytest.fail("keyedstate._fastpath is not built")
     changes, direct, fallback = {}, [], []
-    timer_call = fastpath.TimerCall(changes=changes, mark=False, direct=lambda *args: direct.append(args),
-                                    namespace=b"ns", fallback=fallback.append, max_timestamp=100)
-    assert timer_call.collecting is False
-    timer_call.collecting = True
+    collecting = fastpath.CollectingFlag()
+    timer_call = fastpath.TimerCall(collecting=collecting, changes=changes, mark=False,
+                                    direct=lambda *args: direct.append(args), namespace=b"ns", fallback=fallback.append,
+                                    max_timestamp=100)
+    assert collecting.on is False
+    collecting.on = True
     timer_call.call(5)
-    timer_call.collecting = False
+    collecting.on = False
     timer_call.call(6)
     timer_call.call(101)  # out of range: the Python method raises there
     timer_call.call(True)  # not exactly an int
     assert (changes, direct, fallback) == ({5: False}, [(b"ns", 6)], [101, True])
     with pytest.raises(TypeError, match="must be callable"):
-        fastpath.TimerCall(changes={}, mark=True, direct=None, namespace=b"", fallback=print, max_timestamp=1)
+        fastpath.TimerCall(collecting=collecting, changes={}, mark=True, direct=None, namespace=b"", fallback=print,
+                           max_timestamp=1)
+    with pytest.raises(TypeError, match="CollectingFlag"):  # a plain bool would be a copy, not the shared flag
+        fastpath.TimerCall(collecting=True, changes={}, mark=True, direct=print, namespace=b"", fallback=print,
+                           max_timestamp=1)
 
 
-def test_the_timer_service_hands_its_collecting_flag_to_its_compiled_calls(implementation):
+def test_the_timer_service_shares_one_collecting_flag_with_its_compiled_calls(implementation):
     from keyedstate.state.heap import HeapKeyedStateBackend
     from timers import InternalTimerService, TimerService
 
     service = TimerService(InternalTimerService(HeapKeyedStateBackend(), None))
+    flag = service._compiled_flag
+    assert all(call.collecting is flag for call in service._compiled_calls)
     for value in (True, False):
         service.collecting = value
         assert service.collecting is value
-        assert all(call.collecting is value for call in service._compiled_calls)
+        assert flag is None or flag.on is value
     assert len(service._compiled_calls) == (4 if implementation == "compiled" else 0)
+    assert (flag is None) == (implementation == "python")

@@ -92,7 +92,8 @@ class KeyGroupPartitionedTimerQueue:
         """Register (True) or delete (False) the timer ``(timestamp, prefix, namespace, key_group)`` for every
         ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``TimerService``).
 
-        The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath.c``) is the heap branch below in C.
+        The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath_src/timer_flush.c``) is the heap
+        branch below in C.
         """
         queue = self.queues.get(key_group)
         if queue is None:

@@ -52,8 +52,10 @@ class TimerService:
         self._event_time: dict[int, bool] = {}  # cleared by flush, never replaced: the compiled calls hold them
         self._processing_time: dict[int, bool] = {}
         self._collecting = False
-        self._compiled_calls: tuple[Any, ...] = ()  # they keep their own copy of the flag (see collecting)
+        self._compiled_calls: tuple[Any, ...] = ()
+        self._compiled_flag: Any = None  # the one flag the compiled calls read (see collecting)
         if fastpath is not None:
+            self._compiled_flag = fastpath.CollectingFlag()
             # The common call (an int timestamp in range) runs in C: stored in the dict while collecting, handed to
             # the service's own method otherwise; everything else reaches the methods below.
             for name, changes, registered in (
@@ -63,8 +65,9 @@ class TimerService:
                 ("delete_processing_time_timer", self._processing_time, False),
             ):
                 fallback = getattr(TimerService, name).__get__(self)
-                call = fastpath.TimerCall(changes=changes, mark=registered, direct=getattr(service, name),
-                                          namespace=VOID_NAMESPACE, fallback=fallback, max_timestamp=MAX_TIMESTAMP)
+                call = fastpath.TimerCall(collecting=self._compiled_flag, changes=changes, mark=registered,
+                                          direct=getattr(service, name), namespace=VOID_NAMESPACE, fallback=fallback,
+                                          max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
                 self._compiled_calls += (call,)
             # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
@@ -83,10 +86,11 @@ class TimerService:
 
     @collecting.setter
     def collecting(self, value: bool) -> None:
-        # set once per run of elements; the compiled calls read their copy without an attribute lookup per call
+        # set twice per run of elements: one store for the Python methods, one in the flag the four compiled calls
+        # share (they read it as a C field, without an attribute lookup per call)
         self._collecting = value = bool(value)
-        for call in self._compiled_calls:
-            call.collecting = value
+        if self._compiled_flag is not None:
+            self._compiled_flag.on = value
 
     def current_processing_time(self) -> int:
         """The current processing time (on Spark: the micro-batch timestamp)."""

@@ -1,6 +1,6 @@
 """The key context: which key keyed state and timers refer to right now.
 
-This is the whole interface the timer service (:mod:`timers`) and the compiled fast path (``keyedstate/_fastpath.c``)
+This is the whole interface the timer service (:mod:`timers`) and the compiled fast path (``keyedstate/_fastpath_src/``)
 depend on; every keyed state backend is a :class:`KeyContext`. Three public fields describe the current key, and
 hot paths (every state access, every timer registration, firing timers key after key) read them directly instead of
 calling a method: an attribute read is the cheapest thing Python does, and the fields are declared here, once, so a
