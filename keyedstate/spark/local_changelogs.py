@@ -62,14 +62,16 @@ class LocalChangelogs:
         path = os.path.join(self.directory, entry.name)
         try:
             with open(path, "rb") as file:
-                data = file.read()
+                size = os.fstat(file.fileno()).st_size
+                data = file.read(entry.size) if size == entry.size else b""  # another size: never read all of it
         except OSError:  # not written on this machine, or cleared meanwhile
             return None
-        if len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.checksum:
+        checksum = hashlib.sha256(data).hexdigest() if size == entry.size else "(not read)"
+        if len(data) == entry.size and checksum == entry.checksum:
             return data
         logger.warning("the locally cached changelog %s is corrupt (expected %d bytes with sha256 %s..., found %d "
                        "bytes with sha256 %s...); deleted it, reading the changelog from state storage",
-                       path, entry.size, entry.checksum[:16], len(data), hashlib.sha256(data).hexdigest()[:16])
+                       path, entry.size, entry.checksum[:16], size, checksum[:16])
         _remove(path)
         return None
 
