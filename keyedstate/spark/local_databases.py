@@ -7,6 +7,8 @@ Layout below the local directory::
     <query id>/<uid>/kg-00007/KEYEDSTATE-TAG   the tag of the committed version the database holds (absent while a
                                          call runs or after one failed)
     <query id>/<uid>/kg-00007.c1/        a second copy of it, and so on up to MAX_COPIES (see below)
+    <query id>/<uid>/kg-00007.changelogs/   the key group's changelogs written on this machine (see
+                                         keyedstate.spark.local_changelogs), shared by its copies
     <query id>/<uid>/kg-00007.lock       flock'ed by the worker process that uses the database or keeps it open
                                          (any process on the machine may run the key group's next call); holds
                                          that process's pid
@@ -17,7 +19,8 @@ Layout below the local directory::
                                          registrations; one per query a worker runs)
 
 Spark does not say when an executor stops running a key group, so a database unused for :data:`IDLE_SECONDS` is
-removed (under its lock); if the key group comes back, it is rebuilt from storage.
+removed (under its lock); if the key group comes back, it is rebuilt from storage. Its cached changelogs go with
+its last copy.
 
 Copies: Spark gives a partition's next task to any of an executor's Python workers, and RocksDB lets one process
 open a database. Rather than have the worker that keeps a key group's database open close it for the next one (an
@@ -40,6 +43,7 @@ import uuid
 from typing import Optional
 
 from keyedstate.errors import StateBackendLockedError
+from keyedstate.spark.local_changelogs import CHANGELOGS_SUFFIX
 
 __all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "MAX_COPIES", "process_alive"]
 
@@ -71,6 +75,11 @@ class LocalDatabases:
         """The paths of the key group's database copies, the first one (:meth:`path`) first."""
         first = self.path(query_id, uid, key_group)
         return [first] + [f"{first}.c{number}" for number in range(1, MAX_COPIES)]
+
+    def changelogs_path(self, query_id: str, uid: str, key_group: int) -> str:
+        """Where the key group's changelogs written on this machine are kept (see
+        :mod:`keyedstate.spark.local_changelogs`)."""
+        return self.path(query_id, uid, key_group) + CHANGELOGS_SUFFIX
 
     def idle_path(self) -> str:
         """This process's idle database; those of processes that are gone are removed."""
@@ -232,7 +241,17 @@ class LocalDatabases:
         if removed:
             logger.info("removed %d local state databases unused for %.0f s: %s", len(removed), idle_seconds,
                         ", ".join(removed))
+        self._sweep_changelogs()
         return removed
+
+    def _sweep_changelogs(self) -> None:
+        """Remove the cached changelogs of key groups with no database left here: only a copy catches up with them.
+        (One created meanwhile by a first call loses its cache to this: it reads storage instead.)"""
+        for directory in glob.glob(os.path.join(self.root, "*", "*", "kg-*" + CHANGELOGS_SUFFIX)):
+            first = glob.escape(directory[: -len(CHANGELOGS_SUFFIX)])
+            if not glob.glob(first + ".lock") and not glob.glob(first + ".c*.lock"):
+                shutil.rmtree(directory, ignore_errors=True)
+                logger.debug("removed %s: no local state database of the key group is left", directory)
 
 
 def _last_used(path: str) -> float:

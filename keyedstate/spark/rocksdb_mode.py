@@ -10,9 +10,10 @@ call), the base snapshot it builds on and the changelogs since, in durable stora
    this worker keeps open since an earlier call (:mod:`keyedstate.spark.open_databases`, its tag in memory), else a
    free one, preferring a closed copy whose ``TAG`` file holds the row's tag. A copy at the row's tag is used as it
    is; one at an earlier version of the row's chain (the base's tag, or the tag of one of its changelogs) replays
-   the changelogs after it; any other is rebuilt: base downloaded and verified, changelogs replayed. The ``TAG``
-   file is removed before the database is opened, so a process that dies while it has the database open leaves no
-   tag.
+   the changelogs after it (from the local copy of those written on this machine when it has them:
+   :mod:`keyedstate.spark.local_changelogs`); any other is rebuilt: base downloaded and verified, changelogs
+   replayed. The ``TAG`` file is removed before the database is opened, so a process that dies while it has the
+   database open leaves no tag.
 2. runs timers and elements on the database, recording every write.
 3. stores the writes as one changelog file, or, when the changelogs since the base grow past the
    :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
@@ -44,6 +45,7 @@ from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
+from keyedstate.spark.local_changelogs import LocalChangelogs
 from keyedstate.spark.local_databases import LocalDatabases
 from keyedstate.spark.open_databases import OpenDatabases, abandon, open_databases_of, worker_reuse_enabled
 from keyedstate.spark.storage_claims import check_single_writer
@@ -141,7 +143,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             check_single_writer(storage, run_id, batch_id)
         if record is not None and record.location and record.location != storage.location and not self._bootstrapped:
             raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
-        versions = KeyGroupVersions(storage, key_group, self.num_key_groups)
+        versions = KeyGroupVersions(storage, key_group, self.num_key_groups,
+                                    cache=LocalChangelogs(local.changelogs_path(query_id, self.uid, key_group)))
         copies = local.copies(query_id, self.uid, key_group)
         kept_path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
         if kept is not None and not local.owns(kept_path, kept.lock):  # deleted under it: not ours any more

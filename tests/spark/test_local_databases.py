@@ -52,6 +52,19 @@ def test_a_database_in_use_is_neither_removed_nor_opened_twice(tmp_path):
     assert os.path.exists(path)
 
 
+def test_the_cached_changelogs_of_a_key_group_go_with_its_last_database(tmp_path):
+    local = LocalDatabases(str(tmp_path))
+    database(local, 1, 3_600)
+    database(local, 2, 10)
+    for key_group in (1, 2):
+        os.makedirs(local.changelogs_path("query", "Count", key_group))
+        with open(os.path.join(local.changelogs_path("query", "Count", key_group), "c1-t.log"), "wb") as file:
+            file.write(b"changes")
+    assert local.sweep(idle_seconds=900, force=True) == [local.path("query", "Count", 1)]
+    assert not os.path.exists(local.changelogs_path("query", "Count", 1))
+    assert os.listdir(local.changelogs_path("query", "Count", 2)) == ["c1-t.log"]  # its database may catch up
+
+
 def test_idle_databases_of_processes_that_are_gone_are_removed(tmp_path):
     gone = tmp_path / "idle" / "999999999-abcd"
     gone.mkdir(parents=True)

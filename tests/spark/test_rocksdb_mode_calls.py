@@ -4,6 +4,7 @@ Spark reuses workers, and an open database is trusted only while it holds the co
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import shutil
 
@@ -45,15 +46,16 @@ def spec_for(tmp_path, runtime_id: str) -> GroupFunctionSpec:
 
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
-    """A worker process's group function for a RocksDB-mode query; ``reuse`` as Spark's SPARK_REUSE_WORKER."""
+    """A worker process's group function for a RocksDB-mode query; ``reuse`` as Spark's SPARK_REUSE_WORKER, ``changes``
+    to the spec (a snapshot policy)."""
     created = []
 
-    def make(reuse: bool):
+    def make(reuse: bool, **changes):
         if reuse:
             monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
         else:
             monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-        spec = spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}")
+        spec = dataclasses.replace(spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}"), **changes)
         created.append(spec.runtime_id)
         return make_group_function(spec, RunningCount())
 
@@ -151,6 +153,11 @@ def test_a_kept_database_lost_with_its_lock_file_is_dropped_and_the_path_opened_
         path, tmp_path / "local")  # only the kept database's handle is left
 
 
+def changelog_cache(tmp_path):
+    """The directory of the key group's changelogs written on this machine (keyedstate.spark.local_changelogs)."""
+    return next((tmp_path / "local").glob(f"*/*/kg-{KEY_GROUP:05d}.changelogs"))
+
+
 def _stored_files_of_version(tmp_path, tag: str) -> list:
     return [path for path in (tmp_path / "storage").rglob(f"*-{tag}*") if path.is_file()]
 
@@ -185,6 +192,7 @@ def test_a_damaged_changelog_a_copy_would_catch_up_with_fails_naming_the_file(wo
     from keyedstate.errors import SnapshotCorruptedError
 
     function, state, older_tag = _run_with_an_older_copy(worker, tmp_path)
+    shutil.rmtree(changelog_cache(tmp_path))  # as on a machine that did not write them: read from storage
     missed = sorted(path for path in (tmp_path / "storage").rglob("c*.log") if older_tag not in path.name)[0]
     data = bytearray(missed.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -238,7 +246,8 @@ def test_two_worker_processes_keep_a_copy_each_and_neither_rebuilds_after_its_fi
             assert call(function, ["a"], state) == [("a", 5)]
         assert not [r for r in caplog.records if "rebuilding" in r.getMessage()]
         copies = sorted(path.name for path in (tmp_path / "local").glob(f"*/*/kg-{KEY_GROUP:05d}*")
-                        if path.is_dir() and not path.is_symlink())  # not the processes' handles to them
+                        if path.is_dir() and not path.is_symlink()  # not the processes' handles to them
+                        and not path.name.endswith(".changelogs"))
         assert copies == [f"kg-{KEY_GROUP:05d}", f"kg-{KEY_GROUP:05d}.c1"]
         assert len(open_databases_of(_local_of(tmp_path))) == 1  # this worker's copy never closed
     finally:

@@ -26,7 +26,7 @@ import re
 import shutil
 import time
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Optional, Protocol
 
 import msgpack
 
@@ -37,7 +37,7 @@ from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
 
-__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "Where", "sha256_file"]
+__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "ChangelogCache", "Where", "sha256_file"]
 
 logger = logging.getLogger("keyedstate.checkpoint.versions")
 
@@ -152,14 +152,31 @@ class Where:
         return self.text
 
 
-class KeyGroupVersions:
-    """Reads and writes the durable versions of one key group in ``storage``."""
+class ChangelogCache(Protocol):
+    """A nearer copy of one key group's changelogs (Spark's executor-local one:
+    :class:`keyedstate.spark.local_changelogs.LocalChangelogs`)."""
 
-    def __init__(self, storage: CheckpointStorage, key_group: int, num_key_groups: int) -> None:
+    def keep(self, name: str, data: bytes) -> None:
+        """The changelog ``name`` was just stored with these bytes."""
+
+    def read(self, entry: FileEntry) -> Optional[bytes]:
+        """The changelog's bytes, verified against ``entry``'s size and checksum, or None (read storage then)."""
+
+    def clear(self) -> None:
+        """A new base was stored: no version after it needs an older changelog."""
+
+
+class KeyGroupVersions:
+    """Reads and writes the durable versions of one key group in ``storage``; changelogs are read from ``cache``
+    when it has them, and every changelog written is also given to it."""
+
+    def __init__(self, storage: CheckpointStorage, key_group: int, num_key_groups: int,
+                 cache: Optional[ChangelogCache] = None) -> None:
         self.storage = storage
         self.key_group = key_group
         self.num_key_groups = num_key_groups
         self.directory = f"kg-{key_group:05d}"
+        self.cache = cache
 
     # ---- restore -------------------------------------------------------------------------------------------------
 
@@ -206,8 +223,9 @@ class KeyGroupVersions:
         return SnapshotManifest.from_bytes(data, f"{entry.path} in {self.storage.location}")
 
     def _read_changelog(self, entry: FileEntry) -> ChangeLog:
-        where = Where(f"key group {self.key_group} changelog {entry.name}")
-        data = self.storage.read_verified(entry, where)
+        data = self.cache.read(entry) if self.cache is not None else None
+        if data is None:
+            data = self.storage.read_verified(entry, Where(f"key group {self.key_group} changelog {entry.name}"))
         return ChangeLog.decode(data, f"{entry.path} in {self.storage.location}")
 
     # ---- writing -------------------------------------------------------------------------------------------------
@@ -216,6 +234,8 @@ class KeyGroupVersions:
         """Store an encoded :class:`ChangeLog` as the next version."""
         name = f"c{batch:012d}-{tag}.log"
         entry = self.storage.write_bytes(f"{self.directory}/{name}", encoded, name)
+        if self.cache is not None:
+            self.cache.keep(name, encoded)
         if record is None:
             return VersionRecord(tag, None, None, 0, (entry,), location=self.storage.location)
         return replace(record, tag=tag, changelogs=record.changelogs + (entry,))
@@ -262,6 +282,8 @@ class KeyGroupVersions:
                             if pair[1] > batch - retain_batches)
         origin = record.origin if record is not None else ""
         new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location, origin)
+        if self.cache is not None:
+            self.cache.clear()
         self.collect_garbage(new)
         return new, uploaded
 
