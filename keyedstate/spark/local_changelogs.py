@@ -10,7 +10,8 @@ Nothing read here is trusted: a cached file is used only when its size and sha25
 names (the check a read from storage makes); a file that differs is deleted and the changelog read from storage.
 Files appear by rename, so a reader in another process finds a whole file or none. Writing is best effort: a full
 or failing local disk costs a read from storage later, never the call. The cache of a key group is cleared when it
-writes a new base (the chain starts over: no copy catches up with older changelogs) and when the sweep of unused
+writes a new base (the chain starts over: only the changelogs its bridge names stay, see
+:mod:`keyedstate.state.rocksdb.version_record`) and when the sweep of unused
 local databases removes the key group's last copy.
 """
 
@@ -19,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import uuid
 from typing import Optional
 
@@ -75,9 +75,15 @@ class LocalChangelogs:
         _remove(path)
         return None
 
-    def clear(self) -> None:
-        """Forget every cached changelog of the key group (a new base makes them unnecessary)."""
-        shutil.rmtree(self.directory, ignore_errors=True)
+    def retain_only(self, names: set[str]) -> None:
+        """Forget every cached changelog of the key group but ``names`` (a new base leaves only its bridge needed)."""
+        try:
+            cached = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in cached:
+            if name not in names:
+                _remove(os.path.join(self.directory, name))
 
 
 def _plain_name(name: str) -> bool:

@@ -9,11 +9,12 @@ call), the base snapshot it builds on and the changelogs since, in durable stora
    ``kg-NNNNN.c1``, ...: each worker process keeps its own, see :mod:`keyedstate.spark.local_databases`): the one
    this worker keeps open since an earlier call (:mod:`keyedstate.spark.open_databases`, its tag in memory), else a
    free one, preferring a closed copy whose ``TAG`` file holds the row's tag. A copy at the row's tag is used as it
-   is; one at an earlier version of the row's chain (the base's tag, or the tag of one of its changelogs) replays
-   the changelogs after it (from the local copy of those written on this machine when it has them:
-   :mod:`keyedstate.spark.local_changelogs`); any other is rebuilt: base downloaded and verified, changelogs
-   replayed. The ``TAG`` file is removed before the database is opened, so a process that dies while it has the
-   database open leaves no tag.
+   is; one at an earlier version of the row's chain (the base's tag, or the tag of one of its changelogs, or for a
+   few batches after a new base, a version the base's bridge leads from:
+   :mod:`~keyedstate.state.rocksdb.version_record`) replays the changelogs after it (from the local copy of those
+   written on this machine when it has them: :mod:`keyedstate.spark.local_changelogs`); any other is rebuilt: base
+   downloaded and verified, changelogs replayed. The ``TAG`` file is removed before the database is opened, so a
+   process that dies while it has the database open leaves no tag.
 2. runs timers and elements on the database, recording every write.
 3. stores the writes as one changelog file, or, when the changelogs since the base grow past the
    :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet

@@ -60,17 +60,22 @@ def test_a_local_changelog_of_another_size_is_not_used_either(worker, tmp_path):
     assert not truncated.exists()
 
 
-def test_a_new_base_clears_the_key_groups_local_changelogs(worker, tmp_path):
+def test_a_new_base_keeps_only_the_local_changelogs_its_bridge_names(worker, tmp_path):
     function, state = worker(reuse=False, snapshot_policy=SnapshotPolicy(max_changelogs=2)), FakeGroupState()
-    call(function, ["a"], state)
-    call(function, ["a"], state)
-    before_the_base = {path.name for path in changelog_cache(tmp_path).iterdir()}
-    assert len(before_the_base) == 2
-    call(function, ["a"], state)  # a third changelog is past the policy: a new base instead
-    assert list((tmp_path / "storage").rglob("b*.json"))
-    assert not list((tmp_path / "local").glob(f"*/*/kg-{KEY_GROUP:05d}.changelogs/*"))
-    call(function, ["a"], state)  # the new chain's first changelog
-    (cached,) = changelog_cache(tmp_path).iterdir()
-    assert cached.name not in before_the_base and cached.name in {path.name for path in stored_changelogs(tmp_path)}
-    assert call(function, ["a"], state) == [("a", 5)]
 
+    def cached() -> set[str]:
+        return {path.name for path in changelog_cache(tmp_path).iterdir()}
+
+    def stored() -> set[str]:
+        return {path.name for path in stored_changelogs(tmp_path)}
+
+    for _ in range(3):  # two changelogs, then a base; the base's batch stores its changes as the bridge's last one
+        call(function, ["a"], state)
+    first_chain = stored()
+    assert len(first_chain) == 3 and cached() == first_chain and len(list((tmp_path / "storage").rglob("b*.json"))) == 1
+    for _ in range(3):  # the same again: the second base's bridge is the second chain
+        call(function, ["a"], state)
+    assert len(list((tmp_path / "storage").rglob("b*.json"))) == 2
+    second_chain = stored() - first_chain
+    assert len(second_chain) == 3 and cached() == second_chain
+    assert call(function, ["a"], state) == [("a", 7)]

@@ -162,11 +162,11 @@ def _stored_files_of_version(tmp_path, tag: str) -> list:
     return [path for path in (tmp_path / "storage").rglob(f"*-{tag}*") if path.is_file()]
 
 
-def _run_with_an_older_copy(worker, tmp_path):
+def _run_with_an_older_copy(worker, tmp_path, **changes):
     """Without worker reuse every call closes and tags its database: keep the copy the first call left, let two
     more calls run, then put the old copy back, as a worker process that last ran the key group two batches ago
-    has it. Returns the group state and the old copy's tag."""
-    function, state = worker(reuse=False), FakeGroupState()
+    has it. Returns the group state and the old copy's tag. ``changes``: to the query's spec (a snapshot policy)."""
+    function, state = worker(reuse=False, **changes), FakeGroupState()
     call(function, ["a"], state)
     path = database_path(tmp_path)
     shutil.copytree(path, tmp_path / "older-copy")

@@ -58,11 +58,16 @@ def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Opt
     tag = uuid.uuid4().hex[:16]
     encoded = b"" if full_base else changes.encode()
     if full_base or policy.wants_base(record, len(encoded)):
+        bridge: tuple = ("", ())
+        if record is not None and not full_base:  # a local database a few versions behind catches up across the base
+            bridge = record.bridge_to_next_base(versions.store_changelog(encoded, batch, tag))
         checkpoint = f"{work_path}.base-{tag}"
         try:
             source.checkpoint(checkpoint)
-            return versions.write_base(None if full_base else record, checkpoint, batch, tag,
-                                       source.state_metadata(), source.raw_column_names(), retain_batches)
+            new, written = versions.write_base(None if full_base else record, checkpoint, batch, tag,
+                                               source.state_metadata(), source.raw_column_names(), retain_batches,
+                                               bridge)
+            return new, written + (bridge[1][-1].size if bridge[1] else 0)
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)
     new = versions.write_changelog(record, encoded, batch, tag)

@@ -25,23 +25,21 @@ import os
 import re
 import shutil
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Optional, Protocol
-
-import msgpack
 
 from keyedstate.checkpoint.manifest import FileEntry, SnapshotManifest
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import SnapshotCorruptedError, SnapshotError
+from keyedstate.errors import SnapshotError
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
+from keyedstate.state.rocksdb.version_record import VersionRecord
 
 __all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "ChangelogCache", "Where", "sha256_file"]
 
 logger = logging.getLogger("keyedstate.checkpoint.versions")
 
-_RECORD_VERSION = 1
 _FILE_NAME = re.compile(r"^([bc])(\d+)-([0-9a-f]+)(\.json|\.log)?$")
 # A file younger than this is never collected as unreferenced: a concurrent attempt may be about to name it.
 _UNREFERENCED_GRACE_SECONDS = 600.0
@@ -68,70 +66,6 @@ class SnapshotPolicy:
         pending = record.changelog_bytes + new_changes_bytes
         bound = max(self.min_changelog_bytes, int(record.base_bytes * self.changelog_to_base_ratio))
         return len(record.changelogs) + 1 > self.max_changelogs or pending > bound
-
-
-@dataclass(frozen=True)
-class VersionRecord:
-    """One committed version of a key group's state (kept in the commit record, a few hundred bytes)."""
-
-    tag: str
-    base: Optional[FileEntry]
-    base_batch: Optional[int]
-    base_bytes: int
-    changelogs: tuple[FileEntry, ...] = ()
-    retired: tuple[tuple[int, int], ...] = field(default=())
-    """Earlier bases ``(base batch, batch that replaced it)`` that retained older records may still name."""
-    location: str = ""
-    """The storage root the file paths are relative to (lets a reader find the files from the record alone)."""
-    origin: str = ""
-    """The bootstrap the key group's state started from (``keyed_process(initial_state=...)``), or empty."""
-
-    @property
-    def changelog_bytes(self) -> int:
-        return sum(entry.size for entry in self.changelogs)
-
-    def to_bytes(self) -> bytes:
-        # The record is rewritten with every call of the key group, so a changelog costs ~45 bytes in it: its
-        # directory and name follow from (batch, tag), and the checksum is kept as raw bytes.
-        directory = self.changelogs[0].path.rsplit("/", 1)[0] if self.changelogs else ""
-        changelogs = [[entry.name, entry.size, bytes.fromhex(entry.checksum)] for entry in self.changelogs]
-        fields = [
-            _RECORD_VERSION, self.tag, self.base.to_json() if self.base else None, self.base_batch, self.base_bytes,
-            directory, changelogs, [list(pair) for pair in self.retired], self.location,
-        ]
-        if self.origin:  # appended only when set: records of queries without an initial state keep their bytes
-            fields.append(self.origin)
-        return msgpack.packb(fields, use_bin_type=True)
-
-    @classmethod
-    def from_bytes(cls, data: bytes) -> "VersionRecord":
-        try:
-            fields = msgpack.unpackb(data, raw=False)
-            (version, tag, base, base_batch, base_bytes, directory, changelogs, retired, location) = fields[:9]
-            origin = fields[9] if len(fields) > 9 else ""
-            if len(fields) > 10:
-                raise ValueError(f"{len(fields)} fields, at most 10 expected")
-            if version != _RECORD_VERSION:
-                raise ValueError(f"record version {version} is not {_RECORD_VERSION}")
-            return cls(str(tag), FileEntry.from_json(base) if base else None, base_batch, int(base_bytes),
-                       tuple(FileEntry(f"{directory}/{name}", name, int(size), checksum.hex())
-                             for name, size, checksum in changelogs),
-                       tuple((int(a), int(b)) for a, b in retired), str(location), str(origin))
-        except Exception as error:
-            raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
-
-
-def _position_in_chain(record: VersionRecord, tag: Optional[str]) -> Optional[int]:
-    """How many of ``record``'s changelogs version ``tag`` already holds: 0 for the base's tag, i + 1 for the tag
-    that wrote changelog i (file names carry the writer's tag); None when ``tag`` is not in the chain."""
-    if not tag:
-        return None
-    if record.base is not None and record.base.name.endswith(f"-{tag}.json"):
-        return 0
-    for position, entry in enumerate(record.changelogs):
-        if entry.name.endswith(f"-{tag}.log"):
-            return position + 1
-    return None
 
 
 def sha256_file(path: str) -> str:
@@ -162,8 +96,8 @@ class ChangelogCache(Protocol):
     def read(self, entry: FileEntry) -> Optional[bytes]:
         """The changelog's bytes, verified against ``entry``'s size and checksum, or None (read storage then)."""
 
-    def clear(self) -> None:
-        """A new base was stored: no version after it needs an older changelog."""
+    def retain_only(self, names: set[str]) -> None:
+        """A new base was stored: no version after it needs an older changelog than these (its bridge)."""
 
 
 class KeyGroupVersions:
@@ -199,17 +133,26 @@ class KeyGroupVersions:
     @staticmethod
     def is_in_chain(record: VersionRecord, tag: Optional[str]) -> bool:
         """Whether :meth:`changelogs_after` can bring version ``tag`` up to ``record`` (reads no file)."""
-        return _position_in_chain(record, tag) is not None
+        return record.changelogs_from(tag) is not None
 
     def changelogs_after(self, record: VersionRecord, tag: Optional[str]) -> Optional[list[ChangeLog]]:
-        """The changelogs that turn version ``tag`` of ``record``'s chain into ``record``'s version (each verified):
-        all of them when ``tag`` is the base's, the ones after it when ``tag`` wrote one of them; None when ``tag`` is
-        not in the chain (a version Spark did not commit, or one before the base). Lets a local database kept at an
-        older committed version catch up instead of being rebuilt from the base."""
-        position = _position_in_chain(record, tag)
-        if position is None:
+        """The changelogs that turn version ``tag`` into ``record``'s version (each verified), or None when ``tag``
+        is in no chain the record names (a version Spark did not commit, or one too far behind: see
+        :meth:`VersionRecord.changelogs_from`). Lets a local database kept at an older committed version catch up
+        instead of being rebuilt from the base. A bridge file that cannot be read (collected once its base was
+        retired, or damaged) gives None too, since the base holds the same state: the caller rebuilds from it."""
+        entries = record.changelogs_from(tag)
+        if entries is None:
             return None
-        return [self._read_changelog(entry) for entry in record.changelogs[position:]]
+        try:
+            return [self._read_changelog(entry) for entry in entries]
+        except SnapshotError as error:
+            bridge = {entry.name for entry in record.bridge}
+            if not any(entry.name in bridge for entry in entries):
+                raise
+            logger.warning("key group %d: rebuilding from the base instead of catching up across it: %s",
+                           self.key_group, error)
+            return None
 
     def newest_batch(self) -> Optional[int]:
         """The newest batch that stored a file of this key group (None when it has none)."""
@@ -232,18 +175,25 @@ class KeyGroupVersions:
 
     def write_changelog(self, record: Optional[VersionRecord], encoded: bytes, batch: int, tag: str) -> VersionRecord:
         """Store an encoded :class:`ChangeLog` as the next version."""
+        entry = self.store_changelog(encoded, batch, tag)
+        if record is None:
+            return VersionRecord(tag, None, None, 0, (entry,), location=self.storage.location)
+        return record.with_changelog(tag, entry)
+
+    def store_changelog(self, encoded: bytes, batch: int, tag: str) -> FileEntry:
+        """Store an encoded :class:`ChangeLog` written by version ``tag`` (also given to the cache)."""
         name = f"c{batch:012d}-{tag}.log"
         entry = self.storage.write_bytes(f"{self.directory}/{name}", encoded, name)
         if self.cache is not None:
             self.cache.keep(name, encoded)
-        if record is None:
-            return VersionRecord(tag, None, None, 0, (entry,), location=self.storage.location)
-        return replace(record, tag=tag, changelogs=record.changelogs + (entry,))
+        return entry
 
     def write_base(self, record: Optional[VersionRecord], checkpoint_dir: str, batch: int, tag: str,
-                   states: list[StateMetadata], raw_columns: list[str], retain_batches: int) -> tuple[VersionRecord, int]:
+                   states: list[StateMetadata], raw_columns: list[str], retain_batches: int,
+                   bridge: tuple[str, tuple[FileEntry, ...]] = ("", ())) -> tuple[VersionRecord, int]:
         """Store the RocksDB checkpoint in ``checkpoint_dir`` as the new base; returns the new record and the bytes
-        uploaded (SSTs the previous base already stored are referenced, not uploaded)."""
+        uploaded (SSTs the previous base already stored are referenced, not uploaded). ``bridge``: what the record
+        names to bring versions of the previous chain up to the base (:meth:`VersionRecord.bridge_to_next_base`)."""
         stored = self._stored_ssts(record)
         files: list[FileEntry] = []
         uploaded = 0
@@ -281,9 +231,10 @@ class KeyGroupVersions:
             retired = tuple(pair for pair in record.retired + ((record.base_batch, batch),)
                             if pair[1] > batch - retain_batches)
         origin = record.origin if record is not None else ""
-        new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location, origin)
+        new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location, origin,
+                            *bridge)
         if self.cache is not None:
-            self.cache.clear()
+            self.cache.retain_only({entry.name for entry in new.bridge})
         self.collect_garbage(new)
         return new, uploaded
 
@@ -300,9 +251,11 @@ class KeyGroupVersions:
     # ---- garbage collection --------------------------------------------------------------------------------------
 
     def collect_garbage(self, record: VersionRecord) -> list[str]:
-        """Delete what no record that may still be read names: bases, their files and changelogs older than the
-        oldest base ``record`` keeps (its own and the retired ones), and SSTs that no remaining base names."""
-        keep_from = min([record.base_batch or 0] + [batch for batch, _ in record.retired])
+        """Delete what no record that may still be read names: bases, their files and changelogs older than both the
+        oldest base ``record`` keeps (its own and the retired ones) and its bridge's first changelog, and SSTs that
+        no remaining base names."""
+        bridge_start = [int(match.group(2)) for entry in record.bridge[:1] if (match := _FILE_NAME.match(entry.name))]
+        keep_from = min([record.base_batch or 0] + [batch for batch, _ in record.retired] + bridge_start)
         names = self.storage.list_entries(self.directory)
         doomed: list[str] = []
         remaining_manifests: list[str] = []
