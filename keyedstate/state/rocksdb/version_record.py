@@ -10,7 +10,7 @@ record after :data:`BRIDGE_LENGTH` more changelogs, which bounds the record's si
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import msgpack
@@ -61,9 +61,8 @@ class VersionRecord:
         """The next version: this one plus the changelog ``entry`` that version ``tag`` wrote."""
         changelogs = self.changelogs + (entry,)
         keep_bridge = len(changelogs) <= BRIDGE_LENGTH
-        return VersionRecord(tag, self.base, self.base_batch, self.base_bytes, changelogs,
-                             self.retired, self.location, self.origin, self.bridge_from if keep_bridge else "",
-                             self.bridge if keep_bridge else ())
+        return replace(self, tag=tag, changelogs=changelogs, bridge_from=self.bridge_from if keep_bridge else "",
+                       bridge=self.bridge if keep_bridge else ())
 
     def bridge_to_next_base(self, base_changes: FileEntry) -> tuple[str, tuple[FileEntry, ...]]:
         """``(bridge_from, bridge)`` for the base that replaces this version's chain, whose own batch's changes are

@@ -232,7 +232,7 @@ class KeyGroupVersions:
                             if pair[1] > batch - retain_batches)
         origin = record.origin if record is not None else ""
         new = VersionRecord(tag, base, batch, manifest.total_bytes, (), retired, self.storage.location, origin,
-                            *bridge)
+                            bridge_from=bridge[0], bridge=bridge[1])
         if self.cache is not None:
             self.cache.retain_only({entry.name for entry in new.bridge})
         self.collect_garbage(new)
