@@ -14,10 +14,13 @@ WHY = {
              "four-batch variant adds Spark's fixed cost per micro-batch and each read task's first fetch. A miss "
              "of a few percent is within the machine's drift even with interleaved rounds (see the per-round ratios "
              "in the Kafka section); a larger one means the reader's cost per record or per task grew.",
-    "kafka_sink": "The sink hands every record to librdkafka through one Python produce() call (the built-in sink "
-                  "runs the Java producer inside the JVM, with no Python worker and no Arrow transfer); exactly-once "
-                  "adds a fixed transactional round trip per write task (init_transactions, the progress marker, "
-                  "the commit). The per-round rows of bench/test_kafka_sink_bench.py show both.",
+    "kafka_sink": "Both cores are saturated while a query writes, so records/s follow CPU per record. Before any "
+                  "record is produced, Spark's Arrow hand-off to the Python worker costs about as much CPU as the "
+                  "built-in sink's whole write once its JIT is warm; on top come librdkafka's per-record work and "
+                  "its broker thread (the at-least-once bulk path already produces a slice of rows per call). The "
+                  "built-in sink speeds up round after round as its JIT warms, so the ratio drifts down over the "
+                  "rounds (per-round rows below); exactly-once also pays a fixed transactional round trip per write "
+                  "task. Breakdown: docs/kafka.md, Write throughput.",
     "tws": "Both run Python per key; the margin depends on machine load (rounds run minutes apart, the load at "
            "the start of every round is in the Spark tables), so a narrow miss is within the run-to-run noise.",
     "per_key": "The per-key function pays Spark's per-group overhead once per key; keyed_process pays it once "

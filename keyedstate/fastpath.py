@@ -21,15 +21,21 @@ import os
 from types import ModuleType
 from typing import Optional
 
-__all__ = ["fastpath", "PURE_PYTHON_VARIABLE"]
+__all__ = ["fastpath", "PURE_PYTHON_VARIABLE", "pure_python_requested"]
 
 PURE_PYTHON_VARIABLE = "KEYEDSTATE_PURE_PYTHON"
 
 logger = logging.getLogger("keyedstate.fastpath")
 
 
+def pure_python_requested() -> bool:
+    """True when ``KEYEDSTATE_PURE_PYTHON`` asks for the Python implementations only (the Kafka sink's bulk path
+    in ``connectors/kafka/librdkafka.py`` obeys it too)."""
+    return os.environ.get(PURE_PYTHON_VARIABLE, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def _load() -> Optional[ModuleType]:
-    if os.environ.get(PURE_PYTHON_VARIABLE, "").strip().lower() not in ("", "0", "false", "no"):
+    if pure_python_requested():
         return None
     try:
         from keyedstate import _fastpath

@@ -22,9 +22,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from connectors.kafka import error_codes
+from connectors.kafka.bulk_producer import BulkProducer
+from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.sink_options import KafkaSinkOptions
 
 __all__ = ["DeliveryErrors", "PooledProducer", "borrow", "give_back", "close_client", "pooled_count", "close_all",
@@ -46,34 +48,44 @@ class DeliveryErrors:
         self.failed = 0
 
     def __call__(self, err, msg) -> None:
-        if err is not None and not error_codes.is_purged(err):
+        """confluent-kafka's ``on_delivery(err, msg)``."""
+        if err is not None:
+            self.record(err, msg.topic())
+
+    def record(self, err, topic: str) -> None:
+        """A record for ``topic`` failed with ``err`` (the bulk path's callback)."""
+        if not error_codes.is_purged(err):
             self.failed += 1
             if self.error is None:
-                self.error = (err, msg.topic())
+                self.error = (err, topic)
 
 
 @dataclass
 class PooledProducer:
-    """An at-least-once producer and the callback that records its delivery failures."""
+    """An at-least-once producer (confluent-kafka's, or the bulk path's) and the callback that records its delivery
+    failures."""
 
-    producer: Producer
+    producer: "Producer | BulkProducer"
     deliveries: DeliveryErrors
     key: tuple
     idle_since: float = field(default_factory=time.monotonic)
+    #: topic -> when this producer last found it on the brokers (see sink_writer.KNOWN_TOPIC_TTL_S)
+    known_topics: dict[str, float] = field(default_factory=dict)
 
 
 _pool: "OrderedDict[tuple, PooledProducer]" = OrderedDict()
 _lock = threading.Lock()
 
 
-def _key(opts: KafkaSinkOptions) -> tuple:
-    # Everything producer_config reads for a producer without a transactional id.
-    return (opts.bootstrap_servers, opts.broker_retry_timeout_ms, tuple(sorted(opts.kafka.items())))
+def _key(opts: KafkaSinkOptions, bulk: bool) -> tuple:
+    # Everything producer_config reads for a producer without a transactional id, and which kind of producer.
+    return (bulk, opts.bootstrap_servers, opts.broker_retry_timeout_ms, tuple(sorted(opts.kafka.items())))
 
 
-def borrow(opts: KafkaSinkOptions) -> PooledProducer:
-    """The worker's idle producer for ``opts``, or a new one; the caller owns it until :func:`give_back`."""
-    key = _key(opts)
+def borrow(opts: KafkaSinkOptions, bulk: bool = False) -> PooledProducer:
+    """The worker's idle producer for ``opts``, or a new one; the caller owns it until :func:`give_back`.
+    ``bulk``: a :class:`~connectors.kafka.bulk_producer.BulkProducer` rather than confluent-kafka's ``Producer``."""
+    key = _key(opts, bulk)
     with _lock:
         entry = _pool.pop(key, None)
         expired = _expire_locked(time.monotonic())
@@ -81,8 +93,19 @@ def borrow(opts: KafkaSinkOptions) -> PooledProducer:
         close_client(old.producer)
     if entry is None:
         deliveries = DeliveryErrors()
-        entry = PooledProducer(Producer(opts.producer_config(on_delivery_error=deliveries)), deliveries, key)
+        config = opts.producer_config(on_delivery_error=deliveries)
+        producer = BulkProducer(config, deliveries.record, config["logger"]) if bulk else _python_producer(config)
+        entry = PooledProducer(producer, deliveries, key)
     return entry
+
+
+def _python_producer(config: dict) -> Producer:
+    try:
+        return Producer(config)
+    except KafkaException as exc:
+        raise KafkaConfigurationError(
+            f"librdkafka rejected the sink's producer configuration: {exc.args[0].str()}; fix or remove the kafka.* "
+            f"option it names") from exc
 
 
 def give_back(entry: PooledProducer) -> None:
@@ -105,7 +128,7 @@ def close_client(client) -> None:
     """Close a librdkafka client; a producer first drops undelivered records (after a failure there is nobody to
     deliver them to, and ``close`` would flush them). Closing a fenced producer raises its fatal error again."""
     try:
-        if isinstance(client, Producer):
+        if isinstance(client, (Producer, BulkProducer)):
             client.purge()
         client.close()
     except Exception as exc:  # noqa: BLE001 - the task's outcome is decided already

@@ -19,13 +19,20 @@ from connectors.kafka.errors import KafkaConfigurationError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["validate_input_schema", "produce_batches"]
+    from connectors.kafka.bulk_producer import BulkProducer
+
+__all__ = ["validate_input_schema", "produce_batches", "produce_column_batches"]
 
 _HEADERS = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
 
 #: How many records between two ``poll(0)`` calls that serve delivery reports (Spark hands the sink Arrow batches
 #: of ``spark.sql.execution.arrow.maxRecordsPerBatch`` rows, 10,000 by default).
 POLL_EVERY = 10_000
+
+#: How long to serve events before trying again when librdkafka's local queue is full. Delivered records make
+#: room without an event to wake ``poll`` (only failures are reported), so ``poll`` sleeps the whole time: a short
+#: step keeps a producer that outruns its broker connection from waiting long after room was made.
+ROOM_WAIT_S = 0.002
 
 #: Runs an iterator to its end, keeping nothing (the ``consume`` recipe of :mod:`itertools`).
 _exhaust = deque(maxlen=0).extend
@@ -58,8 +65,8 @@ def validate_input_schema(schema: StructType, default_topic: Optional[str]) -> N
 def _binary(batch: "pa.RecordBatch", name: str) -> Optional[list]:
     import pyarrow as pa
 
-    idx = batch.schema.get_field_index(name)
-    if idx < 0:
+    idx = _index_of(batch.schema, name)
+    if idx is None:
         return None
     col = batch.column(idx)
     if pa.types.is_string(col.type):
@@ -70,8 +77,8 @@ def _binary(batch: "pa.RecordBatch", name: str) -> Optional[list]:
 
 
 def _column(batch: "pa.RecordBatch", name: str) -> Optional[list]:
-    idx = batch.schema.get_field_index(name)
-    return None if idx < 0 else batch.column(idx).to_pylist()
+    idx = _index_of(batch.schema, name)
+    return None if idx is None else batch.column(idx).to_pylist()
 
 
 def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic: Optional[str],
@@ -93,6 +100,29 @@ def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic
             count += _produce_part(producer, part, default_topic, checked, check_topic)
             producer.poll(0)
     return count
+
+
+def produce_column_batches(producer: "BulkProducer", batches: Iterator["pa.RecordBatch"], topic: str,
+                           check_topic: Callable[[str], None]) -> int:
+    """:func:`produce_batches`' twin for input that :func:`~connectors.kafka.bulk_producer.takes_columns` accepts:
+    each slice of POLL_EVERY rows goes to librdkafka in one call (see :mod:`connectors.kafka.bulk_producer`)."""
+    check_topic(topic)
+    count = 0
+    for batch in batches:
+        value_index = _index_of(batch.schema, "value")
+        key_index = _index_of(batch.schema, "key")
+        for start in range(0, batch.num_rows, POLL_EVERY):
+            part = batch.slice(start, POLL_EVERY)
+            producer.produce_columns(topic, part.column(value_index),
+                                     part.column(key_index) if key_index is not None else None)
+            count += part.num_rows
+            producer.poll(0)
+    return count
+
+
+def _index_of(schema: "pa.Schema", name: str) -> Optional[int]:
+    """The column ``name`` matched without regard to case, as Spark resolves the sink's columns."""
+    return next((i for i, field in enumerate(schema) if field.name.lower() == name), None)
 
 
 def _produce_part(producer, batch: "pa.RecordBatch", default_topic: Optional[str], checked: set[str],
@@ -142,7 +172,7 @@ def _wait_for_space(producer, args: tuple, kwargs: dict) -> None:
     """librdkafka's local queue is full: serve delivery reports until the record fits. (Arguments rather than a
     closure: a closure over the loop variables would make every access to them in the loops above slower.)"""
     while True:
-        producer.poll(0.05)
+        producer.poll(ROOM_WAIT_S)
         try:
             producer.produce(*args, **kwargs)
             return

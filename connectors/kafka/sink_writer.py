@@ -11,7 +11,8 @@ Runs on executors (``KafkaStreamWriter.write``). Exactly-once protocol, per Spar
 3. Otherwise it begins a transaction, produces the records, adds ``offset = b + 1`` for its group to the same
    transaction (``send_offsets_to_transaction``) and commits. Records and marker become visible together.
 
-At-least-once mode produces with an idempotent producer and waits until every record is acknowledged.
+At-least-once mode produces with an idempotent producer and waits until every record is acknowledged; when the
+input allows, through the bulk path (:mod:`connectors.kafka.bulk_producer`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from pyspark.sql.datasource import WriterCommitMessage
 
 from connectors.kafka import error_codes
+from connectors.kafka.bulk_producer import BulkProducer, bulk_path_available, takes_columns
 from connectors.kafka.errors import KafkaConnectorError, TransactionTimeoutError
 from connectors.kafka.retry import RetryBudget, call_with_retry
 from connectors.kafka.sink_options import KafkaSinkOptions
 from connectors.kafka.sink_producers import DeliveryErrors, borrow, close_client, give_back
-from connectors.kafka.sink_records import produce_batches
+from connectors.kafka.sink_records import produce_batches, produce_column_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,6 +40,10 @@ if TYPE_CHECKING:
 __all__ = ["SinkTask", "KafkaSinkCommitMessage", "current_task", "write_task"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.sink")
+
+#: How long a pooled producer trusts that a topic it checked still exists. A topic deleted within that time fails
+#: the task later, when librdkafka reports its records as undeliverable (UnknownTopicError all the same).
+KNOWN_TOPIC_TTL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,8 @@ def write_task(opts: KafkaSinkOptions, batches: Iterator["pa.RecordBatch"], task
     rows = _chain(first, batches)
     if opts.exactly_once:
         return _TransactionalWrite(opts, task).run(rows)
-    return _write_at_least_once(opts, task, rows)
+    bulk = bulk_path_available() and opts.topic is not None and takes_columns(first.schema)
+    return _write_at_least_once(opts, task, rows, bulk)
 
 
 def _chain(first: "pa.RecordBatch", rest: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
@@ -99,20 +106,48 @@ def _chain(first: "pa.RecordBatch", rest: Iterator["pa.RecordBatch"]) -> Iterato
     yield from rest
 
 
-def _topic_checker(producer: Producer, opts: KafkaSinkOptions, budget: RetryBudget) -> Callable[[str], None]:
+def _topic_error(producer: "Producer | BulkProducer", topic: str, timeout_s: float) -> Optional[KafkaError]:
+    """The brokers' metadata error for ``topic``, None when it exists."""
+    if isinstance(producer, BulkProducer):
+        return producer.topic_error(topic, timeout_s)
+    md = producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+    if md is None:
+        return KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no metadata for {topic}")
+    return md.error
+
+
+def _topic_checker(producer: "Producer | BulkProducer", opts: KafkaSinkOptions, budget: RetryBudget,
+                   known: Optional[dict[str, float]] = None) -> Callable[[str], None]:
+    """``check(topic)`` asks the brokers whether ``topic`` exists (with retries). ``known``: topic -> when a pooled
+    producer last found it, so that consecutive tasks skip the metadata round trip for KNOWN_TOPIC_TTL_S."""
     timeout_s = opts.request_timeout_ms / 1000
 
     def check(topic: str) -> None:
+        if known is not None and time.monotonic() - known.get(topic, -KNOWN_TOPIC_TTL_S) < KNOWN_TOPIC_TTL_S:
+            return
+
         def once() -> None:
-            md = producer.list_topics(topic, timeout=timeout_s).topics.get(topic)
-            if md is None:
-                raise KafkaException(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no metadata for {topic}"))
-            if md.error is not None:
-                raise KafkaException(md.error)
+            error = _topic_error(producer, topic, timeout_s)
+            if error is not None:
+                raise KafkaException(error)
 
         call_with_retry(once, budget, topic=f"topic {topic!r}", action="writing (checking that the topic exists)")
+        if known is not None:
+            known[topic] = time.monotonic()
 
     return check
+
+
+def _raise_if_deleted(producer: "Producer | BulkProducer", opts: KafkaSinkOptions, topic: str) -> None:
+    """Records failed after the topic check was skipped (KNOWN_TOPIC_TTL_S): if the topic is gone, say so rather
+    than "timed out". One metadata request; if it fails too, the delivery failure is reported as it is."""
+    try:
+        error = _topic_error(producer, topic, opts.request_timeout_ms / 1000)
+    except KafkaException:
+        return
+    if error is not None and error_codes.is_unknown_topic(error):
+        raise error_codes.translate(error, brokers=opts.bootstrap_servers, topic=f"topic {topic!r}",
+                                    action="writing (the topic was deleted after the task's producer checked it)")
 
 
 def _raise_delivery_error(deliveries: DeliveryErrors, opts: KafkaSinkOptions, cause: Optional[BaseException]) -> None:
@@ -122,16 +157,29 @@ def _raise_delivery_error(deliveries: DeliveryErrors, opts: KafkaSinkOptions, ca
                                     action=f"writing ({deliveries.failed} records failed)") from cause
 
 
-def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator["pa.RecordBatch"]
+def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator["pa.RecordBatch"], bulk: bool
                          ) -> KafkaSinkCommitMessage:
     budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
-    entry = borrow(opts)  # the worker's previous task's producer, if any (connectors/kafka/sink_producers.py)
+    entry = borrow(opts, bulk)  # the worker's previous task's producer, if any (connectors/kafka/sink_producers.py)
     producer, deliveries = entry.producer, entry.deliveries
+    check_topic = _topic_checker(producer, opts, budget, entry.known_topics)
+    where = f"topic {opts.topic!r}" if opts.topic else "the sink's topics"
     clean = False
     try:
-        count = produce_batches(producer, rows, opts.topic, _topic_checker(producer, opts, budget))
+        try:
+            if bulk:
+                assert opts.topic is not None
+                count = produce_column_batches(producer, rows, opts.topic, check_topic)
+            else:
+                count = produce_batches(producer, rows, opts.topic, check_topic)
+        except KafkaException as refused:  # librdkafka refused a record when it was handed over (e.g. too large)
+            raise error_codes.translate(refused, brokers=opts.bootstrap_servers, topic=where,
+                                        action="writing") from refused
         # message.timeout.ms bounds every record's delivery, so this returns; the margin covers the last reports.
         remaining = producer.flush(opts.broker_retry_timeout_ms / 1000 + 30)
+        if deliveries.error is not None and entry.known_topics:
+            entry.known_topics.clear()
+            _raise_if_deleted(producer, opts, deliveries.error[1])
         _raise_delivery_error(deliveries, opts, None)
         if remaining:
             raise error_codes.translate(KafkaException(error_codes.no_progress_error().args[0]),
@@ -143,7 +191,8 @@ def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator[
             give_back(entry)
         else:
             close_client(producer)
-    log.info("batch %d partition %d: %d records written (at least once)", task.batch_id, task.partition_id, count)
+    log.info("batch %d partition %d: %d records written (at least once%s)", task.batch_id, task.partition_id, count,
+             ", bulk path" if bulk else "")
     return KafkaSinkCommitMessage(task.partition_id, task.batch_id, count)
 
 

@@ -1,5 +1,6 @@
-"""The sink when librdkafka's local queue is full (connectors/kafka/sink_records.py): it waits for room and goes on
-with the refused record, so every row is written once and in order. Real broker, without Spark."""
+"""The sink when librdkafka's local queue is full (connectors/kafka/sink_records.py and, for the bulk path,
+connectors/kafka/bulk_producer.py): it waits for room and goes on with the refused record, so every row is written
+once and in order. Real broker, without Spark."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import pyarrow as pa
 import pytest
 from kafka_helpers import create_topic, read_committed
 
+from connectors.kafka import sink_writer
+from connectors.kafka.bulk_producer import bulk_path_available
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
 
@@ -20,8 +23,11 @@ def _batch(first: int, count: int, with_keys: bool) -> pa.RecordBatch:
     return pa.record_batch(columns)
 
 
+@pytest.mark.parametrize("path", ["bulk", "python"] if bulk_path_available() else ["python"])
 @pytest.mark.parametrize("with_keys", [True, False], ids=["keys", "no key column"])
-def test_a_full_local_queue_delays_records_but_writes_each_once_and_in_order(kafka_broker, with_keys):
+def test_a_full_local_queue_delays_records_but_writes_each_once_and_in_order(kafka_broker, monkeypatch, with_keys,
+                                                                             path):
+    monkeypatch.setattr(sink_writer, "bulk_path_available", lambda: path == "bulk")
     bs = kafka_broker.bootstrap
     topic = create_topic(bs, 3)
     # room for 7 records: nearly every produce() call of the 600 finds the queue full

@@ -78,3 +78,29 @@ def test_exactly_once_producers_are_never_pooled(kafka_broker):
     opts = parse_sink_options({"kafka.bootstrap.servers": bs, "topic": topic, "transactionalIdPrefix": unique("t")})
     assert write_task(opts, iter(_rows(["a"])), SinkTask("q", 0, 0)).records == 1
     assert _pooled() == []
+
+
+def test_a_pooled_producer_skips_the_topic_check_for_a_topic_it_found_and_still_names_one_deleted_since(
+        kafka_broker, monkeypatch):
+    from confluent_kafka.admin import AdminClient
+
+    from connectors.kafka import sink_writer
+    from connectors.kafka.errors import UnknownTopicError
+
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 1)
+    checks: list[str] = []
+    real_topic_error = sink_writer._topic_error
+    monkeypatch.setattr(sink_writer, "_topic_error", lambda p, t, s: checks.append(t) or real_topic_error(p, t, s))
+    opts = _at_least_once(bs, topic, brokerRetryTimeoutMs="5000")
+    write_task(opts, iter(_rows(["a"])), SinkTask("q", 0, 0))
+    write_task(opts, iter(_rows(["b"])), SinkTask("q", 1, 0))
+    assert checks == [topic], "the second task trusts the first one's check"
+    assert _values(bs, topic) == ["a", "b"]
+
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.delete_topics([topic])[topic].result(30)
+    with pytest.raises(UnknownTopicError, match=topic):
+        write_task(opts, iter(_rows(["c"])), SinkTask("q", 2, 0))
+    # the records timed out; the check that had been skipped then ran and named the cause
+    assert checks == [topic, topic]

@@ -1,0 +1,165 @@
+"""The at-least-once sink's bulk path (connectors/kafka/bulk_producer.py) is a twin of the Python path: the same
+input written both ways gives the same records, in the same partitions, in the same order. Real broker, no Spark."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+import pytest
+from kafka_helpers import create_topic, read_committed, unique
+
+from connectors.kafka import sink_producers, sink_writer
+from connectors.kafka.bulk_producer import BulkProducer, bulk_path_available, takes_columns
+from connectors.kafka.errors import KafkaConfigurationError, RecordTooLargeError, UnknownTopicError
+from connectors.kafka.sink_options import parse_sink_options
+from connectors.kafka.sink_writer import SinkTask, write_task
+
+pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("empty_producer_pool")]
+
+#: With KEYEDSTATE_PURE_PYTHON=1 the bulk path is off by design and only the Python path is tested.
+PATHS = ["bulk", "python"] if bulk_path_available() else ["python"]
+
+
+@pytest.fixture
+def use_path(monkeypatch):
+    """Choose the path the next write_task takes, and check afterwards that it took it."""
+    chosen: list[str] = []
+
+    def use(path: str) -> None:
+        monkeypatch.setattr(sink_writer, "bulk_path_available", lambda: path == "bulk")
+        chosen.append(path)
+
+    yield use
+    # a task that succeeded left its producer in the pool: of the kind its path uses
+    expected = {BulkProducer if path == "bulk" else sink_producers.Producer for path in chosen}
+    assert {type(entry.producer) for entry in sink_producers._pool.values()} <= expected
+
+
+def _options(bootstrap: str, topic: str, **extra: str):
+    return parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
+                               "deliveryGuarantee": "at_least_once", "brokerRetryTimeoutMs": "10000", **extra})
+
+
+def _written(bootstrap: str, topic: str) -> tuple[dict[int, list[tuple]], list[tuple], dict[int, list]]:
+    """What reached ``topic``: the keyed records of each partition in offset order; the records without a key in
+    any order (the partitioner places them at random); and each partition's values in offset order."""
+    keyed: dict[int, list[tuple]] = defaultdict(list)
+    unkeyed: list[tuple] = []
+    values: dict[int, list] = defaultdict(list)
+    for partition, key, value, _ in read_committed(bootstrap, topic):
+        if key is None:
+            unkeyed.append((key, value))
+        else:
+            keyed[partition].append((key, value))
+        values[partition].append(value)
+    return dict(keyed), sorted(unkeyed, key=repr), dict(values)
+
+
+def _input_order(value: bytes | None) -> int:
+    return int(value.split(b"-")[1]) if value else -1
+
+
+def _strings(n: int) -> pa.RecordBatch:
+    keys = [None if i % 17 == 0 else ("" if i % 23 == 0 else f"key-{i % 101}") for i in range(n)]
+    values = [None if i % 13 == 0 else ("" if i % 11 == 0 else f"value-{i}-" + "x" * (i % 50)) for i in range(n)]
+    return pa.record_batch({"key": pa.array(keys, pa.string()), "value": pa.array(values, pa.string())})
+
+
+def _inputs() -> dict[str, list[pa.RecordBatch]]:
+    n = 3000
+    strings = _strings(n)
+    keys, values = strings.column(0).to_pylist(), strings.column(1).to_pylist()
+    binary = pa.record_batch({"value": pa.array([v.encode() if v is not None else None for v in values], pa.binary()),
+                              "key": pa.array([k.encode() if k is not None else None for k in keys], pa.binary()),
+                              "ignored": pa.array(range(n), pa.int64())})
+    large = pa.record_batch({"key": pa.array(keys, pa.large_string()), "value": pa.array(values, pa.large_binary())})
+    return {
+        "string columns with nulls and empty values": [strings],
+        "binary columns, value first, another column": [binary],
+        "large_string and large_binary": [large],
+        "slices with an offset": [strings.slice(5, 1000), strings.slice(1500, 1499)],
+        "no key column": [strings.select(["value"])],
+        "every key null, every value empty": [pa.record_batch({"key": pa.array([None] * 50, pa.string()),
+                                                               "value": pa.array([""] * 50, pa.string())})],
+        "more rows than one produce call takes": [_strings(25_000)],
+        "capitalised column names": [strings.rename_columns(["Key", "VALUE"])],
+    }
+
+
+@pytest.mark.skipif(not bulk_path_available(), reason="KEYEDSTATE_PURE_PYTHON=1 turns the bulk path off")
+@pytest.mark.parametrize("name", list(_inputs()))
+def test_the_bulk_path_writes_the_same_records_to_the_same_partitions_in_the_same_order(kafka_broker, use_path,
+                                                                                       name):
+    bs = kafka_broker.bootstrap
+    batches = _inputs()[name]
+    assert takes_columns(batches[0].schema)
+    written = {}
+    for path in PATHS:
+        topic = create_topic(bs, 3)
+        use_path(path)
+        assert write_task(_options(bs, topic), iter(batches), SinkTask("q", 0, 0)).records == sum(
+            b.num_rows for b in batches)
+        written[path] = _written(bs, topic)
+    assert {type(entry.producer) for entry in sink_producers._pool.values()} == {BulkProducer, sink_producers.Producer}
+    (keyed, unkeyed, values), (python_keyed, python_unkeyed, _) = written["bulk"], written["python"]
+    assert keyed == python_keyed and unkeyed == python_unkeyed
+    assert sum(map(len, keyed.values())) + len(unkeyed) == sum(b.num_rows for b in batches)
+    for in_partition in values.values():  # input order within each partition, the unkeyed records included
+        order = [_input_order(v) for v in in_partition if v]
+        assert order == sorted(order)
+    if "key" in {n.lower() for n in batches[0].schema.names} and name != "every key null, every value empty":
+        assert len(keyed) == 3, "keys spread over every partition"
+
+
+def test_only_plain_value_and_key_columns_take_the_bulk_path():
+    plain = pa.schema([("key", pa.binary()), ("value", pa.string()), ("other", pa.int64())])
+    assert takes_columns(plain)
+    assert not takes_columns(pa.schema([("key", pa.binary())]))
+    for extra in ("topic", "partition", "headers"):
+        assert not takes_columns(plain.append(pa.field(extra, pa.string())))
+    assert not takes_columns(pa.schema([("value", pa.dictionary(pa.int32(), pa.string()))]))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_record_above_the_producers_size_limit_fails_with_record_too_large(kafka_broker, use_path, path):
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 1)
+    use_path(path)
+    batch = pa.record_batch({"value": pa.array(["small", "x" * 5000, "after"], pa.string())})
+    with pytest.raises(RecordTooLargeError, match="kafka.message.max.bytes"):
+        write_task(_options(bs, topic, **{"kafka.message.max.bytes": "2000"}), iter([batch]), SinkTask("q", 0, 0))
+    assert sink_producers.pooled_count() == 0
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_unknown_topic_fails_with_unknown_topic_naming_it(kafka_broker, use_path, path):
+    bs = kafka_broker.bootstrap
+    missing = unique("missing")
+    use_path(path)
+    batch = pa.record_batch({"value": pa.array(["v"], pa.string())})
+    with pytest.raises(UnknownTopicError, match=f"topic '{missing}' does not exist"):
+        write_task(_options(bs, missing, brokerRetryTimeoutMs="2000"), iter([batch]), SinkTask("q", 0, 0))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_producer_property_librdkafka_rejects_is_a_configuration_error_naming_it(kafka_broker, use_path, path):
+    bs = kafka_broker.bootstrap
+    topic = create_topic(bs, 1)
+    use_path(path)
+    batch = pa.record_batch({"value": pa.array(["v"], pa.string())})
+    with pytest.raises(KafkaConfigurationError, match="no.such.property"):
+        write_task(_options(bs, topic, **{"kafka.no.such.property": "1"}), iter([batch]), SinkTask("q", 0, 0))
+    assert read_committed(bs, topic) == []
+
+
+def test_keyedstate_pure_python_turns_the_bulk_path_off(monkeypatch):
+    from connectors.kafka import librdkafka
+    from keyedstate.fastpath import PURE_PYTHON_VARIABLE
+
+    monkeypatch.setenv(PURE_PYTHON_VARIABLE, "1")
+    assert librdkafka._load() is None
+    monkeypatch.setattr(librdkafka, "LIBRARY", None)
+    assert not bulk_path_available()
+    with pytest.raises(RuntimeError, match="Python path"):
+        BulkProducer({}, lambda err, topic: None, sink_producers.log)
