@@ -1,20 +1,21 @@
-"""The at-least-once sink's bulk path: a librdkafka producer fed a slice of Arrow columns per call.
+"""The sink's bulk path: a librdkafka producer fed a slice of Arrow columns per call.
 
 The Python path hands librdkafka one record per ``Producer.produce()`` call (``sink_records.produce_batches``), after
 turning the Arrow columns into Python bytes. That call is most of what the Python worker spends per record. Here,
 for the common input (columns ``value`` and optionally ``key``, binary or string, the topic from option ``topic``),
 the pointers and lengths of a slice of rows are computed from the Arrow buffers with numpy and the whole slice goes
 to ``rd_kafka_produce_batch`` in one call; librdkafka copies every payload and key before it returns, so the Arrow
-batch need not outlive the call.
+batch need not outlive the call. Exactly-once writes run their transaction on the same handle.
 
 This is a declared twin of the Python path, which stays the definition: same librdkafka configuration (so the same
 partitioner picks the same partition for a key), same record contents (a null column value is a null payload or key,
 an empty one an empty payload or key), same order within a partition (``rd_kafka_produce_batch`` refuses every
 record after the first that finds the local queue full, so the refused ones are a suffix that is produced again
-after room is made). ``tests/connectors/test_kafka_bulk_producer.py`` writes the same input both ways and compares
-the topics. Delivery failures reach the same :class:`~connectors.kafka.sink_producers.DeliveryErrors`. Inputs
-with a ``topic``, ``partition`` or ``headers`` column, exactly-once writes (transactions) and
-``KEYEDSTATE_PURE_PYTHON=1`` use the Python path.
+after room is made), same transaction calls and errors (librdkafka's ``rd_kafka_error_t`` becomes confluent-kafka's
+``KafkaError`` with the same flags). ``tests/connectors/test_kafka_bulk_producer.py`` writes the same input both
+ways, with both delivery guarantees, and compares the topics and the errors. Delivery failures reach the same
+:class:`~connectors.kafka.sink_producers.DeliveryErrors`. Inputs with a ``topic``, ``partition`` or ``headers``
+column, and ``KEYEDSTATE_PURE_PYTHON=1``, use the Python path.
 """
 
 from __future__ import annotations
@@ -164,11 +165,11 @@ class BulkProducer:
 
     def poll(self, timeout_s: float) -> int:
         """Serve delivery reports and log lines; returns how many events were served."""
-        return self._lib.rd_kafka_poll(self._rk, int(timeout_s * 1000))
+        return self._lib.rd_kafka_poll(self._rk, _ms(timeout_s))
 
     def flush(self, timeout_s: float) -> int:
         """Wait until every record is delivered or failed, at most ``timeout_s``; returns how many are left."""
-        self._lib.rd_kafka_flush(self._rk, int(timeout_s * 1000))
+        self._lib.rd_kafka_flush(self._rk, _ms(timeout_s))
         return self._lib.rd_kafka_outq_len(self._rk)
 
     def topic_error(self, topic: str, timeout_s: float) -> Optional[KafkaError]:
@@ -176,7 +177,7 @@ class BulkProducer:
         request itself fails."""
         metadata = ctypes.POINTER(rdk.Metadata)()
         code = self._lib.rd_kafka_metadata(self._rk, 0, self._topic(topic), ctypes.byref(metadata),
-                                           int(timeout_s * 1000))
+                                           _ms(timeout_s))
         if code:
             raise KafkaException(KafkaError(code, rdk.error_string(code)))
         try:
@@ -189,6 +190,39 @@ class BulkProducer:
             self._lib.rd_kafka_metadata_destroy(metadata)
         return KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART, f"no metadata for {topic}")
 
+    # -- transactions (a configuration with transactional.id; librdkafka's semantics, as confluent-kafka's) --
+
+    def init_transactions(self, timeout_s: float) -> None:
+        """Fence older producers with the same ``transactional.id`` and abort the transaction they left open."""
+        rdk.raise_for_error(self._lib.rd_kafka_init_transactions(self._rk, _ms(timeout_s)))
+
+    def begin_transaction(self) -> None:
+        rdk.raise_for_error(self._lib.rd_kafka_begin_transaction(self._rk))
+
+    def send_offsets_to_transaction(self, offsets: list, group_id: str, timeout_s: float) -> None:
+        """Commit ``offsets`` (confluent-kafka ``TopicPartition``s) for consumer group ``group_id`` with the open
+        transaction. The group has no members, so its metadata is the group id alone (generation -1), which is
+        what confluent-kafka's ``consumer_group_metadata()`` gives for a consumer that never subscribed."""
+        lib = self._lib
+        partitions = lib.rd_kafka_topic_partition_list_new(len(offsets))
+        group = lib.rd_kafka_consumer_group_metadata_new(group_id.encode())
+        try:
+            for tp in offsets:
+                lib.rd_kafka_topic_partition_list_add(partitions, tp.topic.encode(), tp.partition).contents.offset = \
+                    tp.offset
+            rdk.raise_for_error(lib.rd_kafka_send_offsets_to_transaction(self._rk, partitions, group,
+                                                                         _ms(timeout_s)))
+        finally:
+            lib.rd_kafka_consumer_group_metadata_destroy(group)
+            lib.rd_kafka_topic_partition_list_destroy(partitions)
+
+    def commit_transaction(self, timeout_s: float) -> None:
+        """Flush the transaction's records and commit it."""
+        rdk.raise_for_error(self._lib.rd_kafka_commit_transaction(self._rk, _ms(timeout_s)))
+
+    def abort_transaction(self, timeout_s: float) -> None:
+        rdk.raise_for_error(self._lib.rd_kafka_abort_transaction(self._rk, _ms(timeout_s)))
+
     def purge(self) -> None:
         """Drop every record not yet delivered (their delivery reports say purged)."""
         self._lib.rd_kafka_purge(self._rk, rdk.PURGE_F_QUEUE | rdk.PURGE_F_INFLIGHT)
@@ -196,6 +230,10 @@ class BulkProducer:
     def close(self) -> None:
         """Destroy the handle (records not delivered yet are dropped: flush first); idempotent."""
         self._finalizer()
+
+
+def _ms(timeout_s: float) -> int:
+    return int(timeout_s * 1000)
 
 
 def _destroy(lib, rk: int, topics: dict, _callbacks: tuple) -> None:

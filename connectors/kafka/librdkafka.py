@@ -21,7 +21,7 @@ from typing import Optional
 
 from keyedstate.fastpath import pure_python_requested
 
-__all__ = ["LIBRARY", "Message", "Metadata", "DeliveryReportCallback", "LogCallback", "PRODUCER", "PARTITION_UA",
+__all__ = ["LIBRARY", "Message", "Metadata", "TopicPartition", "raise_for_error", "DeliveryReportCallback", "LogCallback", "PRODUCER", "PARTITION_UA",
            "MSG_F_COPY", "PURGE_F_QUEUE", "PURGE_F_INFLIGHT", "CONF_OK", "ERR_QUEUE_FULL", "ERR_TIMED_OUT",
            "error_string"]
 
@@ -43,6 +43,13 @@ class Message(Structure):
     _fields_ = [("err", c_int), ("rkt", c_void_p), ("partition", c_int32), ("payload", c_void_p),
                 ("len", c_size_t), ("key", c_void_p), ("key_len", c_size_t), ("offset", c_int64),
                 ("_private", c_void_p)]
+
+
+class TopicPartition(Structure):
+    """``rd_kafka_topic_partition_t``."""
+
+    _fields_ = [("topic", c_char_p), ("partition", c_int32), ("offset", c_int64), ("metadata", c_void_p),
+                ("metadata_size", c_size_t), ("opaque", c_void_p), ("err", c_int), ("_private", c_void_p)]
 
 
 class MetadataPartition(Structure):
@@ -91,6 +98,23 @@ _SIGNATURES = {
     "rd_kafka_metadata": (c_int, [c_void_p, c_int, c_void_p, POINTER(POINTER(Metadata)), c_int]),
     "rd_kafka_metadata_destroy": (None, [POINTER(Metadata)]),
     "rd_kafka_err2str": (c_char_p, [c_int]),
+    # transactions: each call returns an rd_kafka_error_t * (NULL: success) that the caller destroys
+    "rd_kafka_init_transactions": (c_void_p, [c_void_p, c_int]),
+    "rd_kafka_begin_transaction": (c_void_p, [c_void_p]),
+    "rd_kafka_send_offsets_to_transaction": (c_void_p, [c_void_p, c_void_p, c_void_p, c_int]),
+    "rd_kafka_commit_transaction": (c_void_p, [c_void_p, c_int]),
+    "rd_kafka_abort_transaction": (c_void_p, [c_void_p, c_int]),
+    "rd_kafka_error_code": (c_int, [c_void_p]),
+    "rd_kafka_error_string": (c_char_p, [c_void_p]),
+    "rd_kafka_error_is_fatal": (c_int, [c_void_p]),
+    "rd_kafka_error_is_retriable": (c_int, [c_void_p]),
+    "rd_kafka_error_txn_requires_abort": (c_int, [c_void_p]),
+    "rd_kafka_error_destroy": (None, [c_void_p]),
+    "rd_kafka_topic_partition_list_new": (c_void_p, [c_int]),
+    "rd_kafka_topic_partition_list_add": (POINTER(TopicPartition), [c_void_p, c_char_p, c_int32]),
+    "rd_kafka_topic_partition_list_destroy": (None, [c_void_p]),
+    "rd_kafka_consumer_group_metadata_new": (c_void_p, [c_char_p]),
+    "rd_kafka_consumer_group_metadata_destroy": (None, [c_void_p]),
 }
 
 
@@ -113,6 +137,25 @@ def _load() -> Optional[ctypes.CDLL]:
 
 LIBRARY: Optional[ctypes.CDLL] = _load()
 """librdkafka with the declarations above, or None (see the module docstring)."""
+
+
+def raise_for_error(error: Optional[int]) -> None:
+    """Turn an ``rd_kafka_error_t *`` into confluent-kafka's ``KafkaException`` (with the error's fatal, retriable
+    and abort-required flags, which the sink's error handling reads) and destroy it; NULL is success."""
+    if not error:
+        return
+    from confluent_kafka import KafkaError, KafkaException
+
+    assert LIBRARY is not None
+    try:
+        text = LIBRARY.rd_kafka_error_string(error)
+        raise KafkaException(KafkaError(
+            LIBRARY.rd_kafka_error_code(error), text.decode("utf-8", "replace") if text else None,
+            fatal=bool(LIBRARY.rd_kafka_error_is_fatal(error)),
+            retriable=bool(LIBRARY.rd_kafka_error_is_retriable(error)),
+            txn_requires_abort=bool(LIBRARY.rd_kafka_error_txn_requires_abort(error))))
+    finally:
+        LIBRARY.rd_kafka_error_destroy(error)
 
 
 def error_string(code: int) -> str:

@@ -29,7 +29,7 @@ from connectors.kafka.bulk_producer import BulkProducer
 from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.sink_options import KafkaSinkOptions
 
-__all__ = ["DeliveryErrors", "PooledProducer", "borrow", "give_back", "close_client", "pooled_count", "close_all",
+__all__ = ["DeliveryErrors", "PooledProducer", "borrow", "create_producer", "give_back", "close_client", "pooled_count", "close_all",
            "IDLE_TIMEOUT_S", "MAX_POOLED"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.sink")
@@ -93,13 +93,17 @@ def borrow(opts: KafkaSinkOptions, bulk: bool = False) -> PooledProducer:
         close_client(old.producer)
     if entry is None:
         deliveries = DeliveryErrors()
-        config = opts.producer_config(on_delivery_error=deliveries)
-        producer = BulkProducer(config, deliveries.record, config["logger"]) if bulk else _python_producer(config)
-        entry = PooledProducer(producer, deliveries, key)
+        entry = PooledProducer(create_producer(opts, deliveries, bulk), deliveries, key)
     return entry
 
 
-def _python_producer(config: dict) -> Producer:
+def create_producer(opts: KafkaSinkOptions, deliveries: DeliveryErrors, bulk: bool,
+                    transactional_id: Optional[str] = None) -> "Producer | BulkProducer":
+    """A new producer for ``opts`` whose failed deliveries reach ``deliveries``: the bulk path's or
+    confluent-kafka's. A ``kafka.*`` property librdkafka rejects is a :class:`KafkaConfigurationError`."""
+    config = opts.producer_config(transactional_id, on_delivery_error=deliveries)
+    if bulk:
+        return BulkProducer(config, deliveries.record, config["logger"])
     try:
         return Producer(config)
     except KafkaException as exc:

@@ -11,8 +11,8 @@ Runs on executors (``KafkaStreamWriter.write``). Exactly-once protocol, per Spar
 3. Otherwise it begins a transaction, produces the records, adds ``offset = b + 1`` for its group to the same
    transaction (``send_offsets_to_transaction``) and commits. Records and marker become visible together.
 
-At-least-once mode produces with an idempotent producer and waits until every record is acknowledged; when the
-input allows, through the bulk path (:mod:`connectors.kafka.bulk_producer`).
+At-least-once mode produces with an idempotent producer and waits until every record is acknowledged. Both modes
+produce through the bulk path (:mod:`connectors.kafka.bulk_producer`) when the input allows.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from connectors.kafka.bulk_producer import BulkProducer, bulk_path_available, ta
 from connectors.kafka.errors import KafkaConnectorError, TransactionTimeoutError
 from connectors.kafka.retry import RetryBudget, call_with_retry
 from connectors.kafka.sink_options import KafkaSinkOptions
-from connectors.kafka.sink_producers import DeliveryErrors, borrow, close_client, give_back
+from connectors.kafka.sink_producers import DeliveryErrors, borrow, close_client, create_producer, give_back
 from connectors.kafka.sink_records import produce_batches, produce_column_batches
 
 if TYPE_CHECKING:
@@ -95,9 +95,9 @@ def write_task(opts: KafkaSinkOptions, batches: Iterator["pa.RecordBatch"], task
     if first is None:  # nothing to write; an earlier attempt had nothing either (same input)
         return KafkaSinkCommitMessage(task.partition_id, task.batch_id, 0)
     rows = _chain(first, batches)
-    if opts.exactly_once:
-        return _TransactionalWrite(opts, task).run(rows)
     bulk = bulk_path_available() and opts.topic is not None and takes_columns(first.schema)
+    if opts.exactly_once:
+        return _TransactionalWrite(opts, task, bulk).run(rows)
     return _write_at_least_once(opts, task, rows, bulk)
 
 
@@ -191,18 +191,19 @@ def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator[
             give_back(entry)
         else:
             close_client(producer)
-    log.info("batch %d partition %d: %d records written (at least once%s)", task.batch_id, task.partition_id, count,
-             ", bulk path" if bulk else "")
+    log.info("batch %d partition %d: %d records written at least once%s", task.batch_id, task.partition_id, count,
+             " (bulk path)" if bulk else "")
     return KafkaSinkCommitMessage(task.partition_id, task.batch_id, count)
 
 
 class _TransactionalWrite:
     """Steps 1-3 of the module docstring for one task attempt."""
 
-    def __init__(self, opts: KafkaSinkOptions, task: SinkTask) -> None:
+    def __init__(self, opts: KafkaSinkOptions, task: SinkTask, bulk: bool) -> None:
         assert opts.transactional_id_prefix is not None and opts.progress_topic is not None
         self.opts = opts
         self.task = task
+        self.bulk = bulk
         self.transactional_id = opts.transactional_id(task.query_id, task.partition_id)
         self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
         self.timeout_s = opts.request_timeout_ms / 1000
@@ -210,7 +211,7 @@ class _TransactionalWrite:
         self.deliveries = DeliveryErrors()
 
     def run(self, rows: Iterator["pa.RecordBatch"]) -> KafkaSinkCommitMessage:
-        producer = Producer(self.opts.producer_config(self.transactional_id, on_delivery_error=self.deliveries))
+        producer = create_producer(self.opts, self.deliveries, self.bulk, self.transactional_id)
         marker = Consumer(self.opts.marker_consumer_config(self.transactional_id))
         warm_up = self._start_marker_warm_up(marker)
         try:
@@ -229,8 +230,8 @@ class _TransactionalWrite:
         finally:
             close_client(marker)
             close_client(producer)
-        log.info("batch %d partition %d: %d records committed in transaction %s", self.task.batch_id,
-                 self.task.partition_id, count, self.transactional_id)
+        log.info("batch %d partition %d: %d records committed in transaction %s%s", self.task.batch_id,
+                 self.task.partition_id, count, self.transactional_id, " (bulk path)" if self.bulk else "")
         return KafkaSinkCommitMessage(self.task.partition_id, self.task.batch_id, count)
 
     def _retry(self, fn: Callable, action: str):
@@ -267,15 +268,23 @@ class _TransactionalWrite:
         return call_with_retry(once, self.budget, topic=f"topic {self.opts.progress_topic!r}",
                                action=f"writing (reading progress marker of group {self.transactional_id!r})")
 
-    def _write_transaction(self, producer: Producer, marker: Consumer, rows: Iterator["pa.RecordBatch"]) -> int:
+    def _write_transaction(self, producer: "Producer | BulkProducer", marker: Consumer,
+                           rows: Iterator["pa.RecordBatch"]) -> int:
         started = time.monotonic()
         producer.begin_transaction()
         try:
-            count = produce_batches(producer, rows, self.opts.topic, _topic_checker(producer, self.opts, self.budget))
+            check_topic = _topic_checker(producer, self.opts, self.budget)
+            if isinstance(producer, BulkProducer):
+                assert self.opts.topic is not None
+                count = produce_column_batches(producer, rows, self.opts.topic, check_topic)
+                group = self.transactional_id  # the marker's group (its metadata is the group id alone)
+            else:
+                count = produce_batches(producer, rows, self.opts.topic, check_topic)
+                group = marker.consumer_group_metadata()
             progress = [TopicPartition(self.opts.progress_topic, 0, self.task.batch_id + 1)]
             self._retry_in_transaction(
-                lambda: producer.send_offsets_to_transaction(progress, marker.consumer_group_metadata(),
-                                                             self.timeout_s), "writing (adding the progress marker)")
+                lambda: producer.send_offsets_to_transaction(progress, group, self.timeout_s),
+                "writing (adding the progress marker)")
             self._retry_in_transaction(lambda: producer.commit_transaction(self.timeout_s),
                                        "writing (committing the transaction)")
         except Exception as failure:  # noqa: BLE001 - aborted, then re-raised as our error
@@ -308,7 +317,7 @@ class _TransactionalWrite:
             self.budget.succeeded()
             return
 
-    def _abort(self, producer: Producer, cause: BaseException) -> Optional[BaseException]:
+    def _abort(self, producer: "Producer | BulkProducer", cause: BaseException) -> Optional[BaseException]:
         """Abort the open transaction if librdkafka still allows it (a fenced or fatal producer's transaction is
         aborted by the next attempt's ``init_transactions``, or by ``transaction.timeout.ms``); returns the abort's
         own failure, if any."""

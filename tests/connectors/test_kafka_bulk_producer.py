@@ -1,5 +1,6 @@
-"""The at-least-once sink's bulk path (connectors/kafka/bulk_producer.py) is a twin of the Python path: the same
-input written both ways gives the same records, in the same partitions, in the same order. Real broker, no Spark."""
+"""The sink's bulk path (connectors/kafka/bulk_producer.py) is a twin of the Python path: the same input written
+both ways, at least once or exactly once, gives the same records in the same partitions in the same order, and the
+same errors. Real broker, no Spark."""
 
 from __future__ import annotations
 
@@ -23,22 +24,31 @@ PATHS = ["bulk", "python"] if bulk_path_available() else ["python"]
 
 @pytest.fixture
 def use_path(monkeypatch):
-    """Choose the path the next write_task takes, and check afterwards that it took it."""
+    """Choose the path the next write_task takes; every producer created meanwhile must be of that path's kind."""
     chosen: list[str] = []
+    created: list[tuple[str, type]] = []
+    real_create = sink_producers.create_producer
+
+    def recording_create(*args, **kwargs):
+        producer = real_create(*args, **kwargs)
+        created.append((chosen[-1], type(producer)))
+        return producer
 
     def use(path: str) -> None:
         monkeypatch.setattr(sink_writer, "bulk_path_available", lambda: path == "bulk")
         chosen.append(path)
 
+    monkeypatch.setattr(sink_producers, "create_producer", recording_create)
+    monkeypatch.setattr(sink_writer, "create_producer", recording_create)
     yield use
-    # a task that succeeded left its producer in the pool: of the kind its path uses
-    expected = {BulkProducer if path == "bulk" else sink_producers.Producer for path in chosen}
-    assert {type(entry.producer) for entry in sink_producers._pool.values()} <= expected
+    for path, kind in created:
+        assert kind is (BulkProducer if path == "bulk" else sink_producers.Producer), (path, kind)
 
 
-def _options(bootstrap: str, topic: str, **extra: str):
-    return parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": topic,
-                               "deliveryGuarantee": "at_least_once", "brokerRetryTimeoutMs": "10000", **extra})
+def _options(bootstrap: str, topic: str, guarantee: str = "at_least_once", **extra: str):
+    exactly_once = {"transactionalIdPrefix": unique("bulk")} if guarantee == "exactly_once" else {}
+    return parse_sink_options({"kafka.bootstrap.servers": bootstrap, "topic": topic, "deliveryGuarantee": guarantee,
+                               "brokerRetryTimeoutMs": "10000", **exactly_once, **extra})
 
 
 def _written(bootstrap: str, topic: str) -> tuple[dict[int, list[tuple]], list[tuple], dict[int, list]]:
@@ -88,9 +98,10 @@ def _inputs() -> dict[str, list[pa.RecordBatch]]:
 
 
 @pytest.mark.skipif(not bulk_path_available(), reason="KEYEDSTATE_PURE_PYTHON=1 turns the bulk path off")
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("name", list(_inputs()))
 def test_the_bulk_path_writes_the_same_records_to_the_same_partitions_in_the_same_order(kafka_broker, use_path,
-                                                                                       name):
+                                                                                       name, guarantee):
     bs = kafka_broker.bootstrap
     batches = _inputs()[name]
     assert takes_columns(batches[0].schema)
@@ -98,10 +109,9 @@ def test_the_bulk_path_writes_the_same_records_to_the_same_partitions_in_the_sam
     for path in PATHS:
         topic = create_topic(bs, 3)
         use_path(path)
-        assert write_task(_options(bs, topic), iter(batches), SinkTask("q", 0, 0)).records == sum(
+        assert write_task(_options(bs, topic, guarantee), iter(batches), SinkTask("q", 0, 0)).records == sum(
             b.num_rows for b in batches)
         written[path] = _written(bs, topic)
-    assert {type(entry.producer) for entry in sink_producers._pool.values()} == {BulkProducer, sink_producers.Producer}
     (keyed, unkeyed, values), (python_keyed, python_unkeyed, _) = written["bulk"], written["python"]
     assert keyed == python_keyed and unkeyed == python_unkeyed
     assert sum(map(len, keyed.values())) + len(unkeyed) == sum(b.num_rows for b in batches)
@@ -121,35 +131,43 @@ def test_only_plain_value_and_key_columns_take_the_bulk_path():
     assert not takes_columns(pa.schema([("value", pa.dictionary(pa.int32(), pa.string()))]))
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("path", PATHS)
-def test_a_record_above_the_producers_size_limit_fails_with_record_too_large(kafka_broker, use_path, path):
+def test_a_record_above_the_producers_size_limit_fails_with_record_too_large(kafka_broker, use_path, path, guarantee):
     bs = kafka_broker.bootstrap
     topic = create_topic(bs, 1)
     use_path(path)
     batch = pa.record_batch({"value": pa.array(["small", "x" * 5000, "after"], pa.string())})
     with pytest.raises(RecordTooLargeError, match="kafka.message.max.bytes"):
-        write_task(_options(bs, topic, **{"kafka.message.max.bytes": "2000"}), iter([batch]), SinkTask("q", 0, 0))
+        write_task(_options(bs, topic, guarantee, **{"kafka.message.max.bytes": "2000"}), iter([batch]),
+                   SinkTask("q", 0, 0))
     assert sink_producers.pooled_count() == 0
+    assert read_committed(bs, topic) == [] or guarantee == "at_least_once"
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("path", PATHS)
-def test_an_unknown_topic_fails_with_unknown_topic_naming_it(kafka_broker, use_path, path):
+def test_an_unknown_topic_fails_with_unknown_topic_naming_it(kafka_broker, use_path, path, guarantee):
     bs = kafka_broker.bootstrap
     missing = unique("missing")
     use_path(path)
     batch = pa.record_batch({"value": pa.array(["v"], pa.string())})
+    progress = {"progressTopic": create_topic(bs, 1)} if guarantee == "exactly_once" else {}
     with pytest.raises(UnknownTopicError, match=f"topic '{missing}' does not exist"):
-        write_task(_options(bs, missing, brokerRetryTimeoutMs="2000"), iter([batch]), SinkTask("q", 0, 0))
+        write_task(_options(bs, missing, guarantee, brokerRetryTimeoutMs="2000", **progress), iter([batch]),
+                   SinkTask("q", 0, 0))
 
 
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("path", PATHS)
-def test_a_producer_property_librdkafka_rejects_is_a_configuration_error_naming_it(kafka_broker, use_path, path):
+def test_a_producer_property_librdkafka_rejects_is_a_configuration_error_naming_it(kafka_broker, use_path, path, guarantee):
     bs = kafka_broker.bootstrap
     topic = create_topic(bs, 1)
     use_path(path)
     batch = pa.record_batch({"value": pa.array(["v"], pa.string())})
     with pytest.raises(KafkaConfigurationError, match="no.such.property"):
-        write_task(_options(bs, topic, **{"kafka.no.such.property": "1"}), iter([batch]), SinkTask("q", 0, 0))
+        write_task(_options(bs, topic, guarantee, **{"kafka.no.such.property": "1"}), iter([batch]),
+                   SinkTask("q", 0, 0))
     assert read_committed(bs, topic) == []
 
 
