@@ -131,44 +131,32 @@ def test_only_plain_value_and_key_columns_take_the_bulk_path():
     assert not takes_columns(pa.schema([("value", pa.dictionary(pa.int32(), pa.string()))]))
 
 
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
-@pytest.mark.parametrize("path", PATHS)
-def test_a_record_above_the_producers_size_limit_fails_with_record_too_large(kafka_broker, use_path, path, guarantee):
-    bs = kafka_broker.bootstrap
-    topic = create_topic(bs, 1)
-    use_path(path)
-    batch = pa.record_batch({"value": pa.array(["small", "x" * 5000, "after"], pa.string())})
-    with pytest.raises(RecordTooLargeError, match="kafka.message.max.bytes"):
-        write_task(_options(bs, topic, guarantee, **{"kafka.message.max.bytes": "2000"}), iter([batch]),
-                   SinkTask("q", 0, 0))
-    assert sink_producers.pooled_count() == 0
-    assert read_committed(bs, topic) == [] or guarantee == "at_least_once"
+#: name -> (input values, extra options, whether the topic exists, the error and what its message names)
+FAILURES = {
+    "a record above the producer's size limit": (["small", "x" * 5000, "after"], {"kafka.message.max.bytes": "2000"},
+                                                 True, RecordTooLargeError, "kafka.message.max.bytes"),
+    "an unknown topic": (["v"], {"brokerRetryTimeoutMs": "2000"}, False, UnknownTopicError, "topic '{topic}' does not exist"),
+    "a producer property librdkafka rejects": (["v"], {"kafka.no.such.property": "1"}, True,
+                                               KafkaConfigurationError, "no.such.property"),
+}
 
 
 @pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 @pytest.mark.parametrize("path", PATHS)
-def test_an_unknown_topic_fails_with_unknown_topic_naming_it(kafka_broker, use_path, path, guarantee):
+@pytest.mark.parametrize("failure", list(FAILURES))
+def test_both_paths_fail_with_the_same_error_naming_the_cause(kafka_broker, use_path, failure, path, guarantee):
+    values, extra, topic_exists, error, names = FAILURES[failure]
     bs = kafka_broker.bootstrap
-    missing = unique("missing")
+    topic = create_topic(bs, 1) if topic_exists else unique("missing")
+    if guarantee == "exactly_once" and not topic_exists:
+        extra = {**extra, "progressTopic": create_topic(bs, 1)}
     use_path(path)
-    batch = pa.record_batch({"value": pa.array(["v"], pa.string())})
-    progress = {"progressTopic": create_topic(bs, 1)} if guarantee == "exactly_once" else {}
-    with pytest.raises(UnknownTopicError, match=f"topic '{missing}' does not exist"):
-        write_task(_options(bs, missing, guarantee, brokerRetryTimeoutMs="2000", **progress), iter([batch]),
+    with pytest.raises(error, match=names.format(topic=topic)):
+        write_task(_options(bs, topic, guarantee, **extra), iter([pa.record_batch({"value": pa.array(values)})]),
                    SinkTask("q", 0, 0))
-
-
-@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
-@pytest.mark.parametrize("path", PATHS)
-def test_a_producer_property_librdkafka_rejects_is_a_configuration_error_naming_it(kafka_broker, use_path, path, guarantee):
-    bs = kafka_broker.bootstrap
-    topic = create_topic(bs, 1)
-    use_path(path)
-    batch = pa.record_batch({"value": pa.array(["v"], pa.string())})
-    with pytest.raises(KafkaConfigurationError, match="no.such.property"):
-        write_task(_options(bs, topic, guarantee, **{"kafka.no.such.property": "1"}), iter([batch]),
-                   SinkTask("q", 0, 0))
-    assert read_committed(bs, topic) == []
+    assert sink_producers.pooled_count() == 0, "a producer that failed is not kept"
+    if topic_exists and guarantee == "exactly_once":
+        assert read_committed(bs, topic) == [], "the transaction was aborted"
 
 
 def test_keyedstate_pure_python_turns_the_bulk_path_off(monkeypatch):
