@@ -206,15 +206,24 @@ class CheckpointStorage:
     def _info(self, relative: str) -> pafs.FileInfo:
         return self._io(lambda: self.filesystem.get_file_info(self._full(relative)), f"look for {relative}")
 
-    def _list(self, directory: str) -> list[pafs.FileInfo]:
-        selector = pafs.FileSelector(directory, allow_not_found=True)
-        return self._io(lambda: self.filesystem.get_file_info(selector), f"list {directory}")
+    def _list(self, directory: str, recursive: bool = False) -> list[pafs.FileInfo]:
+        selector = pafs.FileSelector(directory, recursive=recursive, allow_not_found=True)
+
+        def list_or_nothing() -> list[pafs.FileInfo]:
+            try:
+                return self.filesystem.get_file_info(selector)
+            except FileNotFoundError:
+                # pyarrow's local file system lists first and checks whether the directory exists only when that
+                # failed: a directory another process creates in between is reported as not found despite
+                # allow_not_found. It did not exist when it was listed, so it had no entries.
+                return []
+
+        return self._io(list_or_nothing, f"list {directory}")
 
     def list_files(self, relative_dir: str = "") -> list[str]:
         """Every file below ``relative_dir`` (relative paths), for tests and tooling."""
         base = self._full(relative_dir) if relative_dir else self.root
-        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-        infos = self._io(lambda: self.filesystem.get_file_info(selector), f"list {base}")
+        infos = self._list(base, recursive=True)
         return sorted(info.path[len(self.root) + 1:] for info in infos if info.type == pafs.FileType.File)
 
     def _remove_dir(self, relative: str) -> None:

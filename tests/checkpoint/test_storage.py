@@ -130,3 +130,33 @@ def test_listing_and_deleting_trees(storage):
     assert storage.delete_tree("kg-00001/sst") == ["kg-00001/sst/a.sst"]
     assert storage.list_files() == ["kg-00001/c1-t.log"]
     assert storage.delete_tree("kg-00001/missing") == []
+
+
+def _create_and_remove(directory: str, stop) -> None:
+    while not stop.is_set():
+        os.makedirs(directory, exist_ok=True)
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
+
+
+def test_listing_a_directory_another_process_is_creating_gives_its_entries_or_none(storage):
+    """Several worker processes register in one directory at once; one of them lists it while another creates it."""
+    import multiprocessing
+    import time
+
+    directory = os.path.join(storage.root, "_writers")
+    stop = multiprocessing.get_context("spawn").Event()
+    churn = multiprocessing.get_context("spawn").Process(target=_create_and_remove, args=(directory, stop))
+    churn.start()
+    try:
+        listings, deadline = 0, time.monotonic() + 1.5
+        while time.monotonic() < deadline:
+            assert storage.list_entries("_writers") == []
+            assert storage.list_files("_writers") == []
+            listings += 1
+    finally:
+        stop.set()
+        churn.join(10)
+    assert listings > 1000
