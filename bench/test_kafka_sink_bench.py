@@ -22,10 +22,12 @@ Run: ``PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m pytest bench/test_kaf
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import tempfile
 import time
 import uuid
+from typing import Iterator
 
 import pytest
 from test_kafka_source import SPARK_JARS, broker, spark  # noqa: F401 - the shared broker and Spark session
@@ -41,7 +43,7 @@ EXACTLY_ONCE, AT_LEAST_ONCE, BUILT_IN = "keyedstate-kafka exactly_once", "keyeds
 
 
 @pytest.fixture(scope="module")
-def input_dir(spark) -> str:  # noqa: F811 - the fixture imported above
+def input_dir(spark) -> Iterator[str]:  # noqa: F811 - the fixture imported above
     path = tempfile.mkdtemp(prefix="kafka-sink-bench-input-")
     # a task per MB of each file: the files are small and compress well, so Spark would otherwise pack them into one
     spark.conf.set("spark.sql.files.maxPartitionBytes", "1m")
@@ -49,7 +51,8 @@ def input_dir(spark) -> str:  # noqa: F811 - the fixture imported above
      .selectExpr("cast(id as string) as key", f"concat(lpad(cast(id as string), 10, '0'), repeat('x', "
                                                f"{VALUE_BYTES - 10})) as value")
      .write.mode("overwrite").parquet(path))
-    return path
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _new_topic(bootstrap: str) -> str:
@@ -97,6 +100,7 @@ def _write(spark, bootstrap: str, input_path: str, fmt: str, options: dict) -> d
     markers = 16 * PARTITIONS if fmt != "kafka" and options.get("deliveryGuarantee") != "at_least_once" else 0
     assert N <= written <= N + markers, f"{fmt} {options}: {written} offsets in {topic}, expected {N} (+{markers})"
     _delete_topic(bootstrap, topic)
+    shutil.rmtree(ckpt, ignore_errors=True)
     return {"wall_s": round(wall_s, 3), "trigger_s": round(trigger_s, 3),
             "records_per_s": round(N / trigger_s) if trigger_s else None}
 

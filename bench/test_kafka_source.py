@@ -28,6 +28,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -65,13 +66,14 @@ def broker():
     lib = ROOT / ".cache" / "kafka" / "lib"
     if not any(lib.glob("kafka_2.13-*.jar")):
         subprocess.run(["bash", str(ROOT / "scripts" / "kafka.sh"), "fetch"], check=True, timeout=600)
-    cluster = _cluster_module().KafkaCluster(lib, Path(tempfile.mkdtemp(prefix="kafka-bench-")), nodes=1,
-                                             heap_mb=1024)
+    data = Path(tempfile.mkdtemp(prefix="kafka-bench-"))
+    cluster = _cluster_module().KafkaCluster(lib, data, nodes=1, heap_mb=1024)
     try:
         cluster.start()
         yield cluster.bootstrap
     finally:
         cluster.stop(kill=True)
+        shutil.rmtree(data, ignore_errors=True)  # the broker's log: GBs per run
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +145,7 @@ def _count_through_spark(spark, fmt: str, options: dict) -> dict:
         for k, v in progress.durationMs.items():
             phases[k] = phases.get(k, 0) + v
     trigger_s = phases.get("triggerExecution", 0) / 1000
+    shutil.rmtree(ckpt, ignore_errors=True)
     return {"wall_s": round(wall_s, 3), "trigger_s": round(trigger_s, 3),
             "add_batch_s": round(phases.get("addBatch", 0) / 1000, 3),
             "outside_trigger_s": round(wall_s - trigger_s, 3), "batches": batches}
