@@ -29,8 +29,8 @@ from connectors.kafka.bulk_producer import BulkProducer
 from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.sink_options import KafkaSinkOptions
 
-__all__ = ["DeliveryErrors", "PooledProducer", "borrow", "create_producer", "give_back", "close_client", "pooled_count", "close_all",
-           "IDLE_TIMEOUT_S", "MAX_POOLED"]
+__all__ = ["DeliveryErrors", "PooledProducer", "borrow", "create_producer", "give_back", "close_client", "pooled_count",
+           "close_all", "IDLE_TIMEOUT_S", "MAX_POOLED"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.sink")
 

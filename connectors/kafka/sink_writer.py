@@ -138,6 +138,15 @@ def _topic_checker(producer: "Producer | BulkProducer", opts: KafkaSinkOptions, 
     return check
 
 
+def _produce(producer: "Producer | BulkProducer", rows: Iterator["pa.RecordBatch"], opts: KafkaSinkOptions,
+             check_topic: Callable[[str], None]) -> int:
+    """Produce every row through the producer's path; returns how many."""
+    if isinstance(producer, BulkProducer):
+        assert opts.topic is not None  # write_task takes the bulk path only with option topic
+        return produce_column_batches(producer, rows, opts.topic, check_topic)
+    return produce_batches(producer, rows, opts.topic, check_topic)
+
+
 def _raise_if_deleted(producer: "Producer | BulkProducer", opts: KafkaSinkOptions, topic: str) -> None:
     """Records failed after the topic check was skipped (KNOWN_TOPIC_TTL_S): if the topic is gone, say so rather
     than "timed out". One metadata request; if it fails too, the delivery failure is reported as it is."""
@@ -167,11 +176,7 @@ def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator[
     clean = False
     try:
         try:
-            if bulk:
-                assert opts.topic is not None
-                count = produce_column_batches(producer, rows, opts.topic, check_topic)
-            else:
-                count = produce_batches(producer, rows, opts.topic, check_topic)
+            count = _produce(producer, rows, opts, check_topic)
         except KafkaException as refused:  # librdkafka refused a record when it was handed over (e.g. too large)
             raise error_codes.translate(refused, brokers=opts.bootstrap_servers, topic=where,
                                         action="writing") from refused
@@ -273,14 +278,9 @@ class _TransactionalWrite:
         started = time.monotonic()
         producer.begin_transaction()
         try:
-            check_topic = _topic_checker(producer, self.opts, self.budget)
-            if isinstance(producer, BulkProducer):
-                assert self.opts.topic is not None
-                count = produce_column_batches(producer, rows, self.opts.topic, check_topic)
-                group = self.transactional_id  # the marker's group (its metadata is the group id alone)
-            else:
-                count = produce_batches(producer, rows, self.opts.topic, check_topic)
-                group = marker.consumer_group_metadata()
+            count = _produce(producer, rows, self.opts, _topic_checker(producer, self.opts, self.budget))
+            # the marker's group: the bulk path passes its id (an unsubscribed consumer's metadata is the id alone)
+            group = self.transactional_id if isinstance(producer, BulkProducer) else marker.consumer_group_metadata()
             progress = [TopicPartition(self.opts.progress_topic, 0, self.task.batch_id + 1)]
             self._retry_in_transaction(
                 lambda: producer.send_offsets_to_transaction(progress, group, self.timeout_s),
