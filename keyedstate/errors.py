@@ -26,6 +26,7 @@ __all__ = [
     "StorageUnavailableError",
     "StateVersionNotRetainedError",
     "StateStorageConflictError",
+    "RestartSettingsChangedError",
     "InvalidTimestampError",
     "UserFunctionError",
     "InvalidOutputError",
@@ -109,6 +110,12 @@ class StorageUnavailableError(SnapshotError):
 
 class StateStorageConflictError(ConfigurationError):
     """A query's state storage is (or was) written by another query, operator or location."""
+
+
+class RestartSettingsChangedError(ConfigurationError):
+    """A query was restarted on its checkpoint with a setting its committed state depends on changed (the number of
+    key groups, their layout, the key types, the state backend, the time mode, the bootstrap, or a state's kind, type
+    or TTL). Raised before the restarted query processes anything."""
 
 
 class InvalidTimestampError(KeyedStateError, ValueError):

@@ -258,16 +258,18 @@ def group_call(
     rocksdb = resolve_rocksdb_mode(df, function, state_backend, state_storage, state_local_dir, uid, rocksdb_options,
                                    snapshot_policy, state_storage_options)
     initial = None
+    types = _column_types(df)
+    key_types = tuple(types[c].simpleString() for c in key_columns)
     if initial_state is not None:
-        types = _column_types(df)
         initial = resolve_initial_state(
             initial_state, state_backend=rocksdb["state_backend"], num_key_groups=num_key_groups,
-            key_types=[types[c].simpleString() for c in key_columns],
+            key_types=list(key_types),
             storage_options=rocksdb.get("state_storage_options"),
             call="keyed_process" if inputs is None else "keyed_co_process")
     spec = GroupFunctionSpec(
         runtime_id=uuid.uuid4().hex,
         key_columns=tuple(key_columns),
+        key_types=key_types,
         value_columns=tuple(value_columns),
         key_group_column=grouping_column,
         event_time_ms_column=time_ms_column,

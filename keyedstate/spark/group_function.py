@@ -20,11 +20,19 @@ import numpy as np
 import pandas as pd
 
 from keyedstate.api.time_domain import MIN_WATERMARK, TimeDomain
+from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
 from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.operator.outputs import OutputBuffer
 from keyedstate.serialization import encode_key, encode_keys_with_prefix
-from keyedstate.spark.compat import current_batch_id, task_attempt_number, task_partition_id, watermark_or_none
+from keyedstate.spark.compat import (
+    current_batch_id,
+    current_query_id,
+    task_attempt_number,
+    task_partition_id,
+    watermark_or_none,
+)
+from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.shipping import ShippedFunction
@@ -74,6 +82,14 @@ class GroupFunctionSpec:
     snapshot_policy: Any = None
     inputs: Any = None  # two inputs: a keyedstate.spark.co_process.TwoInputColumns (value_columns is then unused)
     initial_state: Any = None  # keyedstate.state.key_groups.initial_state.InitialState: what key groups start from
+    key_types: tuple[str, ...] = ()  # the key columns' Spark types (simpleString), in order
+
+    def restart_settings(self) -> QuerySettings:
+        """What this operator's committed state depends on (checked against the record when a query restarts)."""
+        return QuerySettings(
+            key_types=self.key_types, num_key_groups=None if self.group_by_user_key else self.num_key_groups,
+            key_group_layout=self.key_group_layout, state_backend=self.state_backend, time_mode=self.time_mode,
+            initial_state=self.initial_state.bootstrap_id if self.initial_state is not None else None)
 
 
 class _BatchClock:
@@ -105,11 +121,13 @@ class _GroupRuntime:
         self.operator.open()
         self.build_values = _values_builder(spec)
         self.single_key = len(spec.key_columns) == 1
+        self._checked_queries: set[str] = set()
 
     # ---- one call ----------------------------------------------------------------------------------------------
 
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
+        self._check_restart(batch_id)
         self.operator.runtime_context._move_to_task(**self._task_info())
         key_group = self._key_group(grouping_key, group_state, batch_id)
         where = f"keyed_process key group {key_group}, batch {batch_id}"
@@ -134,6 +152,18 @@ class _GroupRuntime:
                     gc.enable()
         if output is not None and not output.empty:
             yield output
+
+    def _check_restart(self, batch_id: Optional[int]) -> None:
+        """Before this worker process runs anything of a query: are the committed state's settings still ours?"""
+        query_id = current_query_id()
+        spec = self.spec
+        if query_id is None or query_id in self._checked_queries or spec.state_storage is None:
+            return
+        storage = CheckpointStorage(operator_storage_location(spec.state_storage, query_id, spec.uid),
+                                    options=spec.state_storage_options)
+        check_restart_settings(storage, spec.restart_settings(), self.backend.state_metadata(), batch_id,
+                               self.call_name)
+        self._checked_queries.add(query_id)
 
     def _task_info(self) -> dict[str, int]:
         """The running task, for the runtime context: one opened function serves every task of this worker."""

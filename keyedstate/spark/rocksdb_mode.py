@@ -45,6 +45,7 @@ from typing import Any, Optional
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
+from keyedstate.spark.query_settings import operator_storage_location
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.spark.local_changelogs import LocalChangelogs
 from keyedstate.spark.local_databases import LocalDatabases
@@ -121,7 +122,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
     def _storage(self, query_id: str) -> CheckpointStorage:
         storage = self._storages.get(query_id)
         if storage is None:
-            location = self.scope[1] if self.scope else f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
+            location = self.scope[1] if self.scope else operator_storage_location(self.state_storage, query_id,
+                                                                                   self.uid)
             storage = self._storages[query_id] = CheckpointStorage(location, options=self.storage_options)
         return storage
 

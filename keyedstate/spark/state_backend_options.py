@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping, Optional
 
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
@@ -13,6 +14,8 @@ from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = ["resolve_rocksdb_mode"]
 
+logger = logging.getLogger("keyedstate.spark")
+
 _DEFAULT_RETAIN_BATCHES = 100  # Spark's default spark.sql.streaming.minBatchesToRetain
 
 
@@ -20,27 +23,28 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
                          state_local_dir: Optional[str], uid: Optional[str], rocksdb_options: Optional[RocksDBOptions],
                          snapshot_policy: Optional[SnapshotPolicy],
                          state_storage_options: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
-    """The GroupFunctionSpec fields of the state backend; RocksDB-only options are refused in row mode."""
+    """The GroupFunctionSpec fields of the state backend; RocksDB-only options are refused in row mode, where
+    ``state_storage`` holds only the record of the query's settings (:mod:`keyedstate.spark.query_settings`)."""
     if state_backend not in STATE_BACKENDS:
         raise ConfigurationError(f"state_backend must be one of {', '.join(map(repr, STATE_BACKENDS))}, got "
                                  f"{state_backend!r}")
     if state_backend == HEAP:
-        given = [name for name, value in (("state_storage", state_storage),
-                                          ("state_storage_options", state_storage_options),
-                                          ("state_local_dir", state_local_dir),
+        given = [name for name, value in (("state_local_dir", state_local_dir),
                                           ("rocksdb_options", rocksdb_options), ("snapshot_policy", snapshot_policy))
                  if value is not None]
         if given:
             raise ConfigurationError(f"{', '.join(given)} only apply with state_backend='rocksdb' (the heap backend "
                                      f"keeps state in Spark's state rows); pass state_backend='rocksdb' or drop them")
-        return {"state_backend": HEAP}
-    if rocksdb_options is not None and not isinstance(rocksdb_options, RocksDBOptions):
+    elif rocksdb_options is not None and not isinstance(rocksdb_options, RocksDBOptions):
         raise ConfigurationError(f"rocksdb_options must be a keyedstate.RocksDBOptions, got "
                                  f"{type(rocksdb_options).__qualname__}")
     if snapshot_policy is not None and not isinstance(snapshot_policy, SnapshotPolicy):
         raise ConfigurationError(f"snapshot_policy must be a keyedstate.spark.SnapshotPolicy, got "
                                  f"{type(snapshot_policy).__qualname__}")
-    uid = uid if uid is not None else type(function).__qualname__.replace("<", "").replace(">", "")
+    if uid is None:
+        # Names that satisfy the rule are used as they are (state already lives under them); others, such as a
+        # class defined in `def _make():`, lose what the rule refuses.
+        uid = type(function).__qualname__.replace("<", "").replace(">", "").lstrip("._-") or "keyed_process"
     try:
         CheckpointStorage.check_scope(uid)  # the same rule: it names a directory in the storage
     except ConfigurationError:
@@ -50,6 +54,14 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
     if state_storage is None:
         master = str(conf.get("spark.master", "local"))
         if not master.startswith("local"):
+            if state_backend == HEAP:
+                # The heap backend's state is in Spark's checkpoint; only the restart check's record needs storage.
+                logger.warning(
+                    "state_backend='heap' on master %r without state_storage: a restart that changes "
+                    "num_key_groups, key_group_layout or the key column types is caught only in key groups that "
+                    "already hold state. Pass state_storage=<URI every executor reaches> to record the query's "
+                    "settings and check every restart before it runs", master)
+                return {"state_backend": HEAP, "uid": uid}
             raise ConfigurationError(
                 f"state_backend='rocksdb' on master {master!r} needs state_storage=<URI every executor reaches> "
                 f"(s3://bucket/path, hdfs://..., or a shared mount); the default local directory is only durable "
@@ -65,6 +77,8 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
         CheckpointStorage(state_storage, options=options)  # fails now, naming the URI, rather than in every task
     except (SnapshotError, ConfigurationError) as error:
         raise ConfigurationError(f"state_storage {state_storage!r} is not usable: {error}") from error
+    if state_backend == HEAP:
+        return {"state_backend": HEAP, "state_storage": state_storage, "state_storage_options": options, "uid": uid}
     retain = int(conf.get("spark.sql.streaming.minBatchesToRetain", str(_DEFAULT_RETAIN_BATCHES)))
     return {
         "state_backend": ROCKSDB, "state_storage": state_storage, "state_storage_options": options,

@@ -141,8 +141,8 @@ def test_rocksdb_only_options_and_bad_values_are_refused_before_the_query_starts
     arguments = ("user STRING, count BIGINT",)
     with pytest.raises(ConfigurationError, match="state_backend must be one of 'heap', 'rocksdb', got 'disk'"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="disk")
-    with pytest.raises(ConfigurationError, match="state_storage only apply with state_backend='rocksdb'"):
-        keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_storage=str(tmp_path))
+    with pytest.raises(ConfigurationError, match="state_local_dir only apply with state_backend='rocksdb'"):
+        keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_local_dir=str(tmp_path))
     with pytest.raises(ConfigurationError, match="uid must be"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="rocksdb",
                       state_storage=str(tmp_path / "s"), uid="a/b")

@@ -63,7 +63,10 @@ class StateMetadata:
 
     def check_compatible(self, descriptor: StateDescriptor) -> None:
         """Raise if state stored under this metadata cannot be read through ``descriptor``."""
-        new = StateMetadata.of(descriptor)
+        self.check_readable_as(StateMetadata.of(descriptor))
+
+    def check_readable_as(self, new: "StateMetadata") -> None:
+        """Raise if state stored under this metadata cannot be read as state registered with ``new``."""
         if new.kind != self.kind:
             raise StateDescriptorConflictError(
                 f"state {self.name!r} was stored as {self.kind} state but is now registered as {new.kind} state; "

@@ -1,0 +1,183 @@
+"""The settings a query's committed state depends on, recorded with the state and checked before a restart runs.
+
+A restarted query may change its code and options, but some options decide where a key's state is found or how it
+is read: the number of key groups and their layout (which Spark group holds a key), the key columns' types (the key
+group is a hash of their values), the state backend, the time mode, the bootstrap the state started from, and each
+state's kind, type and TTL. Changing one of them silently would start keys again from empty state (Flink refuses
+such a savepoint at restore, never later).
+
+So the first call of every worker process in a run reads ``query-settings.json`` below the operator's storage scope
+(``<state_storage>/<query id>/<uid>/``, the directory RocksDB mode keeps its files in; the heap backend keeps only
+this record there) and compares. An incompatible change raises :class:`~keyedstate.errors.RestartSettingsChangedError`
+(or the state's own compatibility error) before the call loads or processes anything, so the batch fails and nothing
+is committed. The record is written in the first batch that runs and grows only by states added later; an entry
+written in the batch being run again (it never committed) may be replaced, so a failed first attempt never pins a
+setting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Optional
+
+from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.errors import (
+    KeyedStateError,
+    RestartSettingsChangedError,
+    StateDescriptorConflictError,
+    StateTypeMismatchError,
+)
+from keyedstate.state.base.backend import StateMetadata
+
+__all__ = ["QuerySettings", "SETTINGS_RECORD", "check_restart_settings", "operator_storage_location"]
+
+logger = logging.getLogger("keyedstate.spark.restart")
+
+SETTINGS_RECORD = "query-settings.json"
+_FORMAT = 1
+_MIGRATE = ("or move the state to a new checkpoint with the new value: read it with read_keyed_state_frame and "
+            "write it with bootstrap_keyed_state, then start the new query with initial_state=")
+
+
+def operator_storage_location(state_storage: str, query_id: str, uid: str) -> str:
+    """Where one operator of one query keeps its durable files: ``<state_storage>/<query id>/<uid>``."""
+    return f"{state_storage.rstrip('/')}/{query_id}/{uid}"
+
+
+@dataclass(frozen=True)
+class QuerySettings:
+    """What the committed state of one ``keyed_process`` / ``keyed_co_process`` operator depends on."""
+
+    key_types: tuple[str, ...]  # the key columns' Spark types, in order (their names may change)
+    num_key_groups: Optional[int]  # None: grouped by the user key
+    key_group_layout: str
+    state_backend: str
+    time_mode: str
+    initial_state: Optional[str]  # the id of the bootstrap the state started from
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "key_types": list(self.key_types)}
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> "QuerySettings":
+        return cls(tuple(value["key_types"]), value["num_key_groups"], value["key_group_layout"],
+                   value["state_backend"], value["time_mode"], value["initial_state"])
+
+
+def _fix(name: str, old: Any, new: Any) -> str:
+    """Why a change of setting ``name`` from ``old`` to ``new`` cannot be applied in place, and what to do."""
+    keep = f"Restart with {name}={old!r}"
+    if name == "num_key_groups":
+        return (f"a key's key group depends on the number of key groups, so keys would start again from empty "
+                f"state. {keep}, {_MIGRATE}... (bootstrap with num_key_groups={new!r})")
+    if name == "key_group_layout":
+        return f"the layout decides which Spark group holds each key group's state. {keep}"
+    if name == "key_types":
+        return (f"the key group is a hash of the key columns' values as typed, so keys would move to other key "
+                f"groups. Cast the key columns back to {', '.join(old)} before keyed_process")
+    if name == "state_backend":
+        return (f"the committed state is in the other backend's format. {keep}, {_MIGRATE}... "
+                f"(bootstrap with state_backend={new!r})")
+    if name == "time_mode":
+        return f"pending timers and Spark's timeout kind were set up for {old}. {keep}"
+    # initial_state
+    if new is None:
+        return (f"key groups that have not run yet would start empty instead of from bootstrap {old}. Pass the "
+                f"same initial_state on every restart of this checkpoint")
+    return (f"the checkpoint's state started from bootstrap {old!r}; a checkpoint cannot switch bootstraps. Pass "
+            f"the initial_state it started from, or start a new checkpoint from the new bootstrap")
+
+
+def _label(name: str, value: Any) -> str:
+    if name == "key_types":
+        return f"key column types ({', '.join(value)})"
+    if name == "initial_state":
+        return "no initial_state" if value is None else f"initial_state of bootstrap {value!r}"
+    return f"{name}={value!r}"
+
+
+def _setting_changes(old: QuerySettings, new: QuerySettings) -> list[str]:
+    changes = []
+    for name, old_value in asdict(old).items():
+        new_value = getattr(new, name)
+        if name == "key_types":
+            old_value = tuple(old_value)
+        if old_value != new_value:
+            changes.append(f"its state was written with {_label(name, old_value)}, but it now runs with "
+                           f"{_label(name, new_value)}: {_fix(name, old_value, new_value)}")
+    return changes
+
+
+def _state_change(recorded: StateMetadata, registered: Optional[StateMetadata]) -> Optional[str]:
+    if registered is None:
+        return None
+    try:
+        recorded.check_readable_as(registered)
+    except (StateTypeMismatchError, StateDescriptorConflictError) as error:
+        return f"{error} (or migrate the state through read_keyed_state_frame and bootstrap_keyed_state)"
+    return None
+
+
+def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings, states: Iterable[StateMetadata],
+                           batch_id: Optional[int], call: str) -> None:
+    """Compare ``settings`` and the registered ``states`` with the record in ``storage``; raise before anything
+    runs when the committed state cannot be used with them, else record what is new."""
+    registered = {state.name: state for state in states}
+    batch = batch_id if batch_id is not None else 0
+    record = _read(storage)
+    if record is None:
+        if batch > 0:
+            logger.warning(
+                "%s: batch %d runs on a checkpoint whose settings were not recorded (written by a keyedstate version "
+                "that did not record them); recording the current ones. Until this batch commits, a change of "
+                "num_key_groups, key_group_layout or key column types is caught only in key groups that already "
+                "hold state", call, batch)
+        _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()})
+        return
+    recorded_settings, since, recorded_states = record
+    if since >= batch:  # written by an attempt of this batch or a later one that never committed: not binding
+        _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()})
+        return
+    problems = _setting_changes(recorded_settings, settings)
+    for name, (state, state_since) in recorded_states.items():
+        if state_since < batch:
+            problem = _state_change(state, registered.get(name))
+            if problem is not None:
+                problems.append(problem)
+    if problems:
+        raise RestartSettingsChangedError(
+            f"{call} cannot restart on this checkpoint (batch {batch} would be the first of this run; nothing was "
+            f"committed): " + "; ".join(problems))
+    kept = {name: entry for name, entry in recorded_states.items() if entry[1] < batch}
+    dropped = sorted(name for name in kept if name not in registered)
+    if dropped:
+        logger.warning("%s: state(s) %s hold committed data but are not registered by the function any more; their "
+                       "data is kept and not read", call, ", ".join(map(repr, dropped)))
+    added = {name: (state, batch) for name, state in registered.items() if name not in kept}
+    if added:
+        logger.info("%s: new state(s) %s start empty", call, ", ".join(map(repr, sorted(added))))
+        _write(storage, recorded_settings, since, {**kept, **added})
+
+
+def _read(storage: CheckpointStorage) -> Optional[tuple[QuerySettings, int, dict[str, tuple[StateMetadata, int]]]]:
+    if not any(name == SETTINGS_RECORD for name, is_dir, _ in storage.list_entries("") if not is_dir):
+        return None
+    body = json.loads(storage.read_bytes(SETTINGS_RECORD))
+    if body.get("format") != _FORMAT:
+        raise KeyedStateError(f"{SETTINGS_RECORD} in {storage.location} has format {body.get('format')!r}; this "
+                              f"keyedstate reads format {_FORMAT}: it was written by a newer keyedstate. Upgrade "
+                              f"keyedstate")
+    states = {entry["name"]: (StateMetadata.from_json(entry), int(entry["since_batch"])) for entry in body["states"]}
+    return QuerySettings.from_json(body["settings"]), int(body["since_batch"]), states
+
+
+def _write(storage: CheckpointStorage, settings: QuerySettings, since: int,
+           states: dict[str, tuple[StateMetadata, int]]) -> None:
+    # Deterministic content: every worker process of a batch writes the same bytes, so concurrent writes agree.
+    body = {"format": _FORMAT, "since_batch": since, "settings": settings.to_json(),
+            "states": [{**state.to_json(), "since_batch": state_since}
+                       for _, (state, state_since) in sorted(states.items())]}
+    storage.write_bytes(SETTINGS_RECORD, json.dumps(body, sort_keys=True).encode(), SETTINGS_RECORD)
+
