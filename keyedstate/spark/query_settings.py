@@ -83,6 +83,10 @@ def _fix(name: str, old: Any, new: Any) -> str:
     if name == "time_mode":
         return f"pending timers and Spark's timeout kind were set up for {old}. {keep}"
     # initial_state
+    if old is None:
+        return ("the checkpoint already holds state that did not start from a bootstrap, and initial_state only "
+                "seeds a new query. Use a new checkpoint location to start from the bootstrap, or drop "
+                "initial_state")
     if new is None:
         return (f"key groups that have not run yet would start empty instead of from bootstrap {old}. Pass the "
                 f"same initial_state on every restart of this checkpoint")
