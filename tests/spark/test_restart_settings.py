@@ -283,3 +283,15 @@ def test_keyed_co_process_restart_with_more_key_groups_is_refused(query, tmp_pat
                                                       "num_key_groups=4, but it now runs with num_key_groups=8"):
         second.awaitTermination(120)
     second.stop()
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+def test_a_widened_state_type_continues_the_stored_values(query, tmp_path, backend):
+    state = backend_options(backend, tmp_path)
+    query.add_input(rows(["ann", "bob"], 1))
+    query.run(Tally(count_type=Types.INT()), **state)
+    query.add_input(rows(["ann"], 2))
+
+    query.run(Tally(count_type=Types.LONG()), **state)
+
+    assert query.counts() == {"ann": 2, "bob": 1}

@@ -65,3 +65,30 @@ def test_loading_records_of_another_type_is_refused_by_name(backend, backend_fac
     target.get_or_create_state(ValueStateDescriptor("count", Types.STRING()))
     with pytest.raises(StateTypeMismatchError, match="'count' was stored with type"):
         target.load_stored_records(metadata, records)
+
+
+@pytest.mark.parametrize("target_kind", BACKEND_KINDS)
+@pytest.mark.parametrize("old, new, value", [(Types.INT(), Types.LONG(), 7), (Types.FLOAT(), Types.DOUBLE(), 0.5),
+                                             (Types.SHORT(), Types.BIG_INT(), -3)])
+def test_records_load_under_a_wider_declared_type_unchanged(backend, backend_factory, target_kind, old, new, value):
+    stored = backend.get_or_create_state(ValueStateDescriptor("amount", old))
+    backend.set_current_key("alice")
+    stored.update(value)
+    target = backend_factory(target_kind)
+    widened = target.get_or_create_state(ValueStateDescriptor("amount", new))
+    for metadata, records in backend.export_records():
+        target.load_stored_records(metadata, records)
+    target.set_current_key("alice")
+    assert widened.value() == value
+
+
+def test_a_narrower_declared_type_is_refused_naming_the_widenings(backend, backend_factory):
+    stored = backend.get_or_create_state(ValueStateDescriptor("amount", Types.LONG()))
+    backend.set_current_key("alice")
+    stored.update(7)
+    target = backend_factory("heap")
+    target.get_or_create_state(ValueStateDescriptor("amount", Types.INT()))
+    metadata, records = backend.export_records()[0]
+    with pytest.raises(StateTypeMismatchError, match="stored with type value<LONG> but is now registered with type "
+                                                     "value<INT>; keep the old type or a wider one"):
+        target.load_stored_records(metadata, records)

@@ -75,7 +75,8 @@ class StateMetadata:
         if not _signatures_compatible(self.signature, new.signature):
             raise StateTypeMismatchError(
                 f"state {self.name!r} was stored with type {self.signature} but is now registered with type "
-                f"{new.signature}; keep the old type, or register the new type under a new state name"
+                f"{new.signature}; keep the old type or a wider one (INT to LONG, FLOAT to DOUBLE), or register "
+                f"the new type under a new state name"
             )
         if new.has_ttl != self.has_ttl:
             change = "enabled" if new.has_ttl else "disabled"
@@ -85,13 +86,24 @@ class StateMetadata:
             )
 
 
+# Stored values do not depend on the declared type (an int is stored as an int whatever its TypeInformation), so a
+# type that only admits more values reads the old ones as they are: Flink's "compatible as is".
+_WIDENINGS = frozenset({
+    ("BYTE", "SHORT"), ("BYTE", "INT"), ("BYTE", "LONG"), ("BYTE", "BIG_INT"),
+    ("SHORT", "INT"), ("SHORT", "LONG"), ("SHORT", "BIG_INT"),
+    ("INT", "LONG"), ("INT", "BIG_INT"), ("LONG", "BIG_INT"),
+    ("FLOAT", "DOUBLE"),
+})
+
+
 def _signatures_compatible(old: str, new: str) -> bool:
-    """Equal type signatures match; ``ANY`` (an untyped descriptor) matches any type in the same position."""
+    """Equal type signatures match; ``ANY`` (an untyped descriptor) matches any type in the same position, and a
+    type matches the wider types of :data:`_WIDENINGS` (INT to LONG, FLOAT to DOUBLE, ...)."""
     if old == new:
         return True
     old_parts, new_parts = re.split(r"([<>,])", old), re.split(r"([<>,])", new)
     return len(old_parts) == len(new_parts) and all(
-        a == b or "ANY" in (a, b) for a, b in zip(old_parts, new_parts)
+        a == b or "ANY" in (a, b) or (a, b) in _WIDENINGS for a, b in zip(old_parts, new_parts)
     )
 
 
