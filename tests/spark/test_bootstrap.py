@@ -176,6 +176,30 @@ def test_a_checkpoint_that_holds_state_refuses_an_initial_state_in_its_first_bat
     assert "already holds state" in str(failure.value) and "Use a new checkpoint location" in str(failure.value)
 
 
+def test_a_restart_without_the_initial_state_it_started_from_is_refused(spark, tmp_path, small_bootstrap):
+    (tmp_path / "in").mkdir()
+    query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        num_key_groups=4, sink_path=tmp_path / "out", initial_state=small_bootstrap)
+    try:
+        write_input(tmp_path / "in", 0, new_events(0, 2))  # a few users: most key groups still hold only the seed
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    commits = sorted((tmp_path / "checkpoint" / "commits").iterdir())
+    query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        num_key_groups=4, sink_path=tmp_path / "out")
+    try:
+        write_input(tmp_path / "in", 1, new_events(1, 20))
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert f"written with initial_state of bootstrap {small_bootstrap.bootstrap_id!r}, but it now runs with no " \
+           f"initial_state" in str(failure.value)
+    assert "Pass the same initial_state on every restart" in str(failure.value)
+    assert sorted((tmp_path / "checkpoint" / "commits").iterdir()) == commits
+
+
 def test_the_driver_refuses_a_bootstrap_that_does_not_fit_the_query(spark, tmp_path, small_bootstrap):
     stream = spark.readStream.schema(SCHEMA).json(str(tmp_path)).withWatermark("ts", "0 seconds")
     define = dict(event_time_column="ts", initial_state=small_bootstrap)
