@@ -362,6 +362,11 @@ def keyed_process(
       same function class in one query different uids. ``rocksdb_options`` tunes RocksDB
       (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` (:class:`keyedstate.spark.SnapshotPolicy`) says
       when a new base snapshot replaces changelogs.
+    * ``state_storage`` in row mode (``"heap"``) holds only the record of the settings the committed state depends
+      on (a few hundred bytes below ``<state_storage>/<query id>/<uid>/``), against which every restart is checked
+      before it processes anything: a changed ``num_key_groups``, key type, backend, time mode, bootstrap or state
+      declaration fails with :class:`~keyedstate.errors.RestartSettingsChangedError` (docs/operations.md,
+      "Upgrading and rescaling a job"). Default as in RocksDB mode on ``local[...]`` masters; on a cluster give it.
     * ``initial_state`` (the path :func:`keyedstate.spark.bootstrap_keyed_state` wrote to, or what it returned)
       starts a new query from bootstrapped keyed state and timers: each key group's first call loads its state from
       there (read in the executors). Give it on every restart of that checkpoint too. Refused when the checkpoint
