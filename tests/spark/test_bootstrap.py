@@ -155,48 +155,35 @@ def small_bootstrap(spark, tmp_path_factory) -> KeyedStateBootstrap:
     return bootstrap_keyed_state(frame, ["user"], TallySeed(), path=str(base / "bootstrap"), num_key_groups=4)
 
 
-def test_a_checkpoint_that_holds_state_refuses_an_initial_state_in_its_first_batch(spark, tmp_path,
-                                                                                  small_bootstrap):
+@pytest.mark.parametrize("first_run_bootstrapped", [False, True], ids=["added-later", "dropped-later"])
+def test_a_restart_that_adds_or_drops_the_initial_state_is_refused_before_it_commits(spark, tmp_path,
+                                                                                     small_bootstrap,
+                                                                                     first_run_bootstrapped):
     (tmp_path / "in").mkdir()
+    bootstrapped = {"initial_state": small_bootstrap}
+    runs = [bootstrapped, {}] if first_run_bootstrapped else [{}, bootstrapped]
     query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
-                        num_key_groups=4, sink_path=tmp_path / "out")
+                        num_key_groups=4, sink_path=tmp_path / "out", **runs[0])
     try:
-        write_input(tmp_path / "in", 0, new_events(0, 20))
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
-                        num_key_groups=4, sink_path=tmp_path / "out", initial_state=small_bootstrap)
-    try:
-        write_input(tmp_path / "in", 1, new_events(1, 20))
-        with pytest.raises(StreamingQueryException) as failure:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    assert "already holds state" in str(failure.value) and "Use a new checkpoint location" in str(failure.value)
-
-
-def test_a_restart_without_the_initial_state_it_started_from_is_refused(spark, tmp_path, small_bootstrap):
-    (tmp_path / "in").mkdir()
-    query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
-                        num_key_groups=4, sink_path=tmp_path / "out", initial_state=small_bootstrap)
-    try:
-        write_input(tmp_path / "in", 0, new_events(0, 2))  # a few users: most key groups still hold only the seed
+        write_input(tmp_path / "in", 0, new_events(0, 2))  # a few users: most key groups hold only the seed, if any
         query.processAllAvailable()
     finally:
         query.stop()
     commits = sorted((tmp_path / "checkpoint" / "commits").iterdir())
     query = start_query(spark, tmp_path, TallyFunction(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
-                        num_key_groups=4, sink_path=tmp_path / "out")
+                        num_key_groups=4, sink_path=tmp_path / "out", **runs[1])
     try:
         write_input(tmp_path / "in", 1, new_events(1, 20))
         with pytest.raises(StreamingQueryException) as failure:
             query.processAllAvailable()
     finally:
         query.stop()
-    assert f"written with initial_state of bootstrap {small_bootstrap.bootstrap_id!r}, but it now runs with no " \
-           f"initial_state" in str(failure.value)
-    assert "Pass the same initial_state on every restart" in str(failure.value)
+    message = str(failure.value)
+    if first_run_bootstrapped:
+        assert f"written with initial_state of bootstrap {small_bootstrap.bootstrap_id!r}, but it now runs with no " \
+               f"initial_state" in message and "Pass the same initial_state on every restart" in message
+    else:
+        assert "already holds state" in message and "Use a new checkpoint location" in message
     assert sorted((tmp_path / "checkpoint" / "commits").iterdir()) == commits
 
 
