@@ -43,6 +43,7 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from keyedstate.checkpoint.filesystems import StorageOptions
+from keyedstate.checkpoint.locations import join_location, last_segment
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
@@ -121,7 +122,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
     def _storage(self, query_id: str) -> CheckpointStorage:
         storage = self._storages.get(query_id)
         if storage is None:
-            location = self.scope[1] if self.scope else f"{self.state_storage.rstrip('/')}/{query_id}/{self.uid}"
+            location = self.scope[1] if self.scope else join_location(self.state_storage, query_id, self.uid)
             storage = self._storages[query_id] = CheckpointStorage(location, options=self.storage_options)
         return storage
 
@@ -319,7 +320,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
 
 def _moved_message(key_group: int, record: VersionRecord, location: str, uid: str) -> str:
-    recorded_uid = record.location.rstrip("/").rsplit("/", 1)[-1]
+    recorded_uid = last_segment(record.location)
     if recorded_uid != uid:
         what, fix = f"uid={uid!r} but the checkpoint was written with uid={recorded_uid!r}", f"uid={recorded_uid!r}"
     else:
