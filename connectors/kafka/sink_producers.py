@@ -26,9 +26,7 @@ from confluent_kafka import KafkaException, Producer
 
 from connectors.kafka import error_codes
 from connectors.kafka.bulk_producer import BulkProducer
-from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.sink_options import KafkaSinkOptions
-from keyedstate.redaction import redact_text, secret_values
 
 __all__ = ["DeliveryErrors", "PooledProducer", "borrow", "create_producer", "give_back", "close_client", "pooled_count",
            "close_all", "IDLE_TIMEOUT_S", "MAX_POOLED"]
@@ -108,10 +106,7 @@ def create_producer(opts: KafkaSinkOptions, deliveries: DeliveryErrors, bulk: bo
     try:
         return Producer(config)
     except KafkaException as exc:
-        reason = redact_text(exc.args[0].str(), secret_values(config))
-        raise KafkaConfigurationError(
-            f"librdkafka rejected the sink's producer configuration: {reason}; fix or remove the kafka.* option it "
-            f"names") from None  # the original's text is librdkafka's, unredacted
+        raise error_codes.rejected_configuration("sink's producer", exc, config) from None
 
 
 def give_back(entry: PooledProducer) -> None:

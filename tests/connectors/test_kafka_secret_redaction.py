@@ -1,12 +1,14 @@
-"""A kafka.* sink property librdkafka rejects is named, but a secret's value never appears in the error, on both
-producer paths (the bulk C path and confluent-kafka's)."""
+"""A kafka.* property librdkafka rejects is named, but a secret's value never appears in the error: on both of the
+sink's producer paths (the bulk C path and confluent-kafka's) and in the source's client."""
 
 from __future__ import annotations
 
 import pytest
 
 from connectors.kafka.bulk_producer import bulk_path_available
+from connectors.kafka.client import KafkaClient
 from connectors.kafka.errors import KafkaConfigurationError
+from connectors.kafka.options import parse_options
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_producers import DeliveryErrors, create_producer
 from keyedstate.redaction import REDACTED
@@ -49,3 +51,13 @@ def test_librdkafka_quoting_a_secret_looking_value_is_redacted_too(bulk):
 def test_a_rejected_value_that_is_no_secret_is_still_shown():
     message = _refusal(True, acks="maybe")
     assert "kafka.acks='maybe'" in message
+
+
+def test_the_sources_client_redacts_a_secret_looking_value_librdkafka_quotes():
+    options = parse_options({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t", "commitOffsets": "false",
+                             "kafka.security.protocol": f'password="{CANARY}"'})
+    with pytest.raises(KafkaConfigurationError) as refused:
+        KafkaClient(options)
+    message = str(refused.value)
+    assert CANARY not in message and "security.protocol" in message and REDACTED in message
+    assert refused.value.__cause__ is None and refused.value.__suppress_context__  # librdkafka's text stays out
