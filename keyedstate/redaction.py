@@ -10,11 +10,11 @@ private key matches nothing), so a few properties are always redacted. URIs lose
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 __all__ = ["SECRET_PATTERN", "REDACTED", "is_secret", "redact_options", "secret_values", "redact_text",
-           "redact_uri", "uri_credentials"]
+           "redact_uri", "uri_credentials", "without_credentials"]
 
 SECRET_PATTERN = re.compile(r"(?i)secret|password|token|access[.]?key")
 """Spark's default ``spark.redaction.regex``."""
@@ -75,20 +75,30 @@ def uri_credentials(uri: str) -> list[str]:
 
 
 def redact_uri(uri: str) -> str:
-    """``uri`` without its user information and with secret-looking query parameters redacted; a local path as is."""
-    if "://" not in str(uri):
-        return str(uri)
+    """``uri`` with its user information and secret-looking query parameters redacted; a local path as is."""
+    return _replace_credentials(str(uri), REDACTED)
+
+
+def without_credentials(uri: str) -> str:
+    """``uri`` without its user information and secret-looking query parameters: the location it names (a
+    checkpoint written before such URIs were refused saved them in its state files)."""
+    return _replace_credentials(str(uri), None)
+
+
+def _replace_credentials(uri: str, replacement: Optional[str]) -> str:
+    if "://" not in uri:
+        return uri
     try:
-        parts = urlsplit(str(uri))
+        parts = urlsplit(uri)
     except ValueError:  # not a URI after all (an unbalanced '[' in the host): show nothing of it that may be secret
         return REDACTED
     netloc = parts.netloc
     if "@" in netloc:
-        netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+        host = netloc.rsplit("@", 1)[1]
+        netloc = host if replacement is None else f"{replacement}@{host}"
     query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(is_secret(name, value) for name, value in pairs):
-            query = urlencode([(name, REDACTED if is_secret(name, value) else value) for name, value in pairs],
-                              safe="*()/:")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(is_secret(name, value) for name, value in pairs):
+        kept = [(name, value if not is_secret(name, value) else replacement) for name, value in pairs]
+        query = urlencode([(name, value) for name, value in kept if value is not None], safe="*()/:")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from keyedstate.redaction import (
-    REDACTED, is_secret, redact_options, redact_text, redact_uri, secret_values, uri_credentials,
+    REDACTED, is_secret, redact_options, redact_text, redact_uri, secret_values, uri_credentials, without_credentials,
 )
 
 
@@ -38,3 +38,11 @@ def test_uris_lose_user_information_and_secret_query_parameters():
     plain = "s3://bucket/p?endpoint_override=h:1&scheme=http"
     assert redact_uri(plain) == plain and uri_credentials(plain) == []
     assert redact_uri("/local/path@with/at") == "/local/path@with/at"
+
+
+def test_without_credentials_leaves_the_location_they_were_attached_to():
+    # what a checkpoint written before such URIs were refused saved: the same place, minus the secrets
+    stored = "s3://AKIA:hunter2@bucket/p/q/u?secret_key=x&scheme=http"
+    assert without_credentials(stored) == "s3://bucket/p/q/u?scheme=http"
+    assert without_credentials("s3://bucket/p?scheme=http") == "s3://bucket/p?scheme=http"
+    assert without_credentials("/local/p") == "/local/p"
