@@ -4,7 +4,8 @@ It follows Spark's convention (``spark.redaction.regex``, ``Utils.redact``) so t
 output: an option whose name or value matches :data:`SECRET_PATTERN` has its value replaced by :data:`REDACTED`.
 A value can name no secret and still hold one (``sasl.jaas.config``'s ``password="..."`` matches by its value; a PEM
 private key matches nothing), so a few properties are always redacted. URIs lose their user information
-(``user:password@``) and secret-looking query parameters.
+(``user:password@``) and the query parameters whose names look secret (by name only: a host name in
+``endpoint_override`` may contain "token").
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def uri_credentials(uri: str) -> list[str]:
         return []
     parts = urlsplit(uri)
     found = ["user information (user:password@)"] if "@" in parts.netloc else []
-    found += [name for name, value in parse_qsl(parts.query, keep_blank_values=True) if is_secret(name, value)]
+    found += [name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if is_secret(name)]
     return found
 
 
@@ -98,7 +99,7 @@ def _replace_credentials(uri: str, replacement: Optional[str]) -> str:
         netloc = host if replacement is None else f"{replacement}@{host}"
     query = parts.query
     pairs = parse_qsl(query, keep_blank_values=True)
-    if any(is_secret(name, value) for name, value in pairs):
-        kept = [(name, value if not is_secret(name, value) else replacement) for name, value in pairs]
+    if any(is_secret(name) for name, _ in pairs):
+        kept = [(name, replacement if is_secret(name) else value) for name, value in pairs]
         query = urlencode([(name, value) for name, value in kept if value is not None], safe="*()/:")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
