@@ -22,8 +22,8 @@ from typing import Optional
 from keyedstate.fastpath import pure_python_requested
 
 __all__ = ["LIBRARY", "Message", "Metadata", "TopicPartition", "raise_for_error", "DeliveryReportCallback", "LogCallback", "PRODUCER", "PARTITION_UA",
-           "MSG_F_COPY", "PURGE_F_QUEUE", "PURGE_F_INFLIGHT", "CONF_OK", "CONF_UNKNOWN", "ERR_QUEUE_FULL", "ERR_TIMED_OUT",
-           "error_string"]
+           "MSG_F_COPY", "PURGE_F_QUEUE", "PURGE_F_INFLIGHT", "CONF_OK", "CONF_UNKNOWN", "ERR_QUEUE_FULL",
+           "ERR_TIMED_OUT", "error_string"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.librdkafka")
 

@@ -177,3 +177,12 @@ def test_credentials_in_the_uri_are_refused_naming_where_they_go_without_echoing
     assert "carries credentials" in message and "*********(redacted)" in message
     assert "state_storage_options (access_key, secret_key, session_token)" in message
     assert "AWS_SECRET_ACCESS_KEY" in message
+
+
+def test_the_repr_of_storage_options_which_specs_and_logs_show_hides_every_secret():
+    options = StorageOptions.parse({"access_key": "AKIAEXAMPLE", "secret_key": "hunter2", "session_token": "hunter3",
+                                    "region": "eu-west-1"})
+    shown = repr(options)
+    assert "hunter2" not in shown and "hunter3" not in shown
+    assert "secret_key='*********(redacted)'" in shown and "access_key='AKIAEXAMPLE'" in shown
+    assert options.s3["secret_key"] == "hunter2"  # the executors still get it
