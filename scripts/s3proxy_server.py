@@ -50,8 +50,9 @@ class S3ProxyServer:
 
     bucket = ""  # the current test's bucket (the ``s3`` fixture sets it)
 
-    def __init__(self, jar: Path, data_dir: Path) -> None:
+    def __init__(self, jar: Path, data_dir: Path, secret_key: str = SECRET_KEY) -> None:
         self.jar = jar
+        self.secret_key = secret_key
         self.data_dir = data_dir
         self.port = _free_port()
         self.process: Optional[subprocess.Popen] = None
@@ -61,7 +62,7 @@ class S3ProxyServer:
             f"s3proxy.endpoint=http://127.0.0.1:{self.port}",
             "s3proxy.authorization=aws-v2-or-v4",
             f"s3proxy.identity={ACCESS_KEY}",
-            f"s3proxy.credential={SECRET_KEY}",
+            f"s3proxy.credential={secret_key}",
             "jclouds.provider=filesystem-nio2",
             f"jclouds.filesystem.basedir={data_dir}",
         ]) + "\n")
@@ -74,7 +75,7 @@ class S3ProxyServer:
 
     def storage_options(self, **extra) -> dict:
         """``state_storage_options`` reaching this server."""
-        return {"endpoint_url": self.endpoint_url, "access_key": ACCESS_KEY, "secret_key": SECRET_KEY,
+        return {"endpoint_url": self.endpoint_url, "access_key": ACCESS_KEY, "secret_key": self.secret_key,
                 "region": "us-east-1", **extra}
 
     def new_bucket(self) -> str:

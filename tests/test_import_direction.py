@@ -6,9 +6,9 @@ knows nothing of ``timers`` or ``connectors``. ``timers`` sits on a few declared
 key context (the current key, its key group and prefix) and the raw columns its timers persist in. The parts of
 ``keyedstate`` that drive operators (``operator``, ``spark``, ``testing``) use ``timers``. ``connectors`` uses only
 the public checkpoint-listener protocol, the public error classes (so one ``except KeyedStateError`` catches
-connector errors too), the Spark version gate and the switch that turns fast paths off (``KEYEDSTATE_PURE_PYTHON``,
-which the Kafka sink's bulk path obeys). ``tests``, ``bench``, ``examples`` and ``scripts`` may import
-anything.
+connector errors too), the Spark version gate, the switch that turns fast paths off (``KEYEDSTATE_PURE_PYTHON``,
+which the Kafka sink's bulk path obeys) and the redaction of secrets in messages. ``tests``, ``bench``,
+``examples`` and ``scripts`` may import anything.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ RULES: dict[str, tuple[str, ...]] = {
     "keyedstate.testing": ("keyedstate", "timers"),
     "timers": ("timers", *TIMERS_USES),
     "connectors": ("connectors", "keyedstate.checkpoint.listener", "keyedstate.errors", "keyedstate.spark.compat",
-                   "keyedstate.fastpath"),
+                   "keyedstate.fastpath", "keyedstate.redaction"),
 }
 
 

@@ -31,6 +31,7 @@ from confluent_kafka import KafkaError, KafkaException
 from connectors.kafka import librdkafka as rdk
 from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.sink_records import ROOM_WAIT_S
+from keyedstate.redaction import REDACTED, is_secret, redact_text, secret_values
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -102,17 +103,22 @@ class BulkProducer:
         properties["log.queue"] = True  # log lines are served by poll() in the calling thread
         for name, value in properties.items():
             text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-            if lib.rd_kafka_conf_set(conf, name.encode(), text.encode(), errstr, len(errstr)) != rdk.CONF_OK:
+            result = lib.rd_kafka_conf_set(conf, name.encode(), text.encode(), errstr, len(errstr))
+            if result != rdk.CONF_OK:
                 lib.rd_kafka_conf_destroy(conf)
+                # a misspelled name may be a misspelled secret's: only a known property that is none shows its value
+                shown = REDACTED if result == rdk.CONF_UNKNOWN or is_secret(name, text) else text
                 raise KafkaConfigurationError(
-                    f"librdkafka rejected the sink's producer configuration: {errstr.value.decode()}; fix or remove "
-                    f"option kafka.{name}={text!r}")
+                    f"librdkafka rejected the sink's producer configuration: "
+                    f"{redact_text(errstr.value.decode(), secret_values(properties))}; fix or remove "
+                    f"option kafka.{name}={shown!r}")
         lib.rd_kafka_conf_set_dr_msg_cb(conf, self._on_delivery_report)
         lib.rd_kafka_conf_set_log_cb(conf, self._on_log)
         rk = lib.rd_kafka_new(rdk.PRODUCER, conf, errstr, len(errstr))  # owns conf from here on, if it succeeds
         if not rk:
             lib.rd_kafka_conf_destroy(conf)
-            raise KafkaConfigurationError(f"librdkafka could not create a producer: {errstr.value.decode()}")
+            raise KafkaConfigurationError(f"librdkafka could not create a producer: "
+                                          f"{redact_text(errstr.value.decode(), secret_values(properties))}")
         lib.rd_kafka_set_log_queue(rk, None)
         return rk
 

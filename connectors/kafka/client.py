@@ -32,7 +32,11 @@ class KafkaClient:
     def __init__(self, opts: KafkaOptions) -> None:
         self.opts = opts
         self.brokers = opts.bootstrap_servers
-        self._admin = AdminClient(opts.librdkafka_config("admin"))
+        config = opts.librdkafka_config("admin")
+        try:
+            self._admin = AdminClient(config)
+        except KafkaException as exc:
+            raise error_codes.rejected_configuration("source's admin client", exc, config) from None
         self._timeout_s = opts.request_timeout_ms / 1000
         self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, self.brokers)
         self._lock = threading.Lock()

@@ -6,12 +6,13 @@ module inspects librdkafka error codes.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 from confluent_kafka import KafkaError, KafkaException
 
 from connectors.kafka.errors import (
     BrokersUnavailableError,
+    KafkaConfigurationError,
     KafkaConnectorError,
     KafkaDataLossError,
     KafkaRequestError,
@@ -21,10 +22,11 @@ from connectors.kafka.errors import (
     TransactionTimeoutError,
     UnknownTopicError,
 )
+from keyedstate.redaction import redact_text, secret_values
 
 __all__ = ["kafka_error_of", "is_transient", "is_retriable_fetch_error", "is_unknown_topic", "is_partition_eof",
            "is_out_of_range", "no_progress_error", "translate", "is_fenced", "is_retriable_txn_error",
-           "txn_requires_abort", "is_purged"]
+           "txn_requires_abort", "is_purged", "rejected_configuration"]
 
 #: Errors that mean "brokers (or a leader/coordinator) are not reachable right now": retry within the budget.
 _TRANSIENT = {
@@ -174,3 +176,12 @@ def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, acti
         return KafkaDataLossError(f"{topic}: unexpected end of partition while {action} on brokers {brokers}")
     return KafkaRequestError(f"Kafka request failed while {action} for {topic} on brokers {brokers} "
                              f"({name}: {detail})")
+
+
+def rejected_configuration(client: str, exc: KafkaException, config: Mapping[str, object]) -> KafkaConfigurationError:
+    """librdkafka's refusal to create ``client`` from ``config``, with every secret's value redacted: librdkafka
+    quotes a value it cannot parse. Raise it ``from None``: the original's text is unredacted."""
+    error = kafka_error_of(exc)
+    reason = redact_text(error.str() if error is not None else str(exc), secret_values(config))
+    return KafkaConfigurationError(
+        f"librdkafka rejected the {client} configuration: {reason}; fix or remove the kafka.* option it names")

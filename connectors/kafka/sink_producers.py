@@ -26,7 +26,6 @@ from confluent_kafka import KafkaException, Producer
 
 from connectors.kafka import error_codes
 from connectors.kafka.bulk_producer import BulkProducer
-from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.sink_options import KafkaSinkOptions
 
 __all__ = ["DeliveryErrors", "PooledProducer", "borrow", "create_producer", "give_back", "close_client", "pooled_count",
@@ -107,9 +106,7 @@ def create_producer(opts: KafkaSinkOptions, deliveries: DeliveryErrors, bulk: bo
     try:
         return Producer(config)
     except KafkaException as exc:
-        raise KafkaConfigurationError(
-            f"librdkafka rejected the sink's producer configuration: {exc.args[0].str()}; fix or remove the kafka.* "
-            f"option it names") from exc
+        raise error_codes.rejected_configuration("sink's producer", exc, config) from None
 
 
 def give_back(entry: PooledProducer) -> None:

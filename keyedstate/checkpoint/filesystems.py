@@ -25,8 +25,10 @@ from urllib.parse import parse_qsl, urlsplit
 import pyarrow.fs as pafs
 
 from keyedstate.errors import ConfigurationError
+from keyedstate.redaction import REDACTED, is_secret, redact_uri, uri_credentials
 
-__all__ = ["StorageOptions", "open_filesystem", "is_transient", "has_directories", "DEFAULT_RETRY_SECONDS"]
+__all__ = ["StorageOptions", "open_filesystem", "refuse_credentials", "is_transient", "has_directories",
+           "DEFAULT_RETRY_SECONDS"]
 
 DEFAULT_RETRY_SECONDS = 60.0
 """How long a storage operation is retried while the store is unreachable, before the batch fails."""
@@ -79,7 +81,8 @@ class StorageOptions:
         return cls(float(retry), s3)
 
     def __repr__(self) -> str:  # specs and logs show it: never the secrets
-        shown = {name: ("***" if name in _SECRET_OPTIONS else value) for name, value in sorted(self.s3.items())}
+        shown = {name: (REDACTED if name in _SECRET_OPTIONS or is_secret(name, value) else value)
+                 for name, value in sorted(self.s3.items())}
         return f"StorageOptions(retry_seconds={self.retry_seconds:g}{''.join(f', {k}={v!r}' for k, v in shown.items())})"
 
 
@@ -94,11 +97,25 @@ def open_filesystem(location: str, options: StorageOptions) -> tuple[pafs.FileSy
     """The file system and the root path inside it of ``location`` (a local path or a URI)."""
     if "://" not in location:
         return pafs.LocalFileSystem(), os.path.abspath(location)
+    refuse_credentials(location)
     parts = urlsplit(location)
     if parts.scheme in ("s3", "s3a"):
         return _s3(parts, options)
     filesystem, root = pafs.FileSystem.from_uri(location)
     return filesystem, root.rstrip("/")
+
+
+def refuse_credentials(location: str) -> None:
+    """ConfigurationError when ``location`` carries credentials: a location is shown in messages and logs and
+    stored in the state files it names, so a secret in it would be written in clear text everywhere."""
+    found = uri_credentials(location)
+    if found:
+        raise ConfigurationError(
+            f"the storage URI {redact_uri(location)} carries credentials ({', '.join(found)}); a storage location is "
+            f"logged, shown in errors and saved in the checkpoint's state files, so it must not hold secrets. Remove "
+            f"them from the URI and pass them in state_storage_options (access_key, secret_key, session_token) or "
+            f"through the AWS environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_PROFILE, "
+            f"or an instance or container role)")
 
 
 def _s3(parts: Any, options: StorageOptions) -> tuple[pafs.FileSystem, str]:
@@ -112,15 +129,14 @@ def _s3(parts: Any, options: StorageOptions) -> tuple[pafs.FileSystem, str]:
         if name not in _S3_OPTIONS:
             raise ConfigurationError(f"unknown query parameter {name!r} in the s3:// URI; known: {sorted(_S3_OPTIONS)}")
         arguments[name] = value
-    if parts.username:
-        arguments.update(access_key=parts.username, secret_key=parts.password or "")
     arguments.update(options.s3)
     for name in ("request_timeout", "connect_timeout"):
         if name in arguments:
             arguments[name] = float(arguments[name])
     root = f"{parts.hostname or ''}{parts.path}".rstrip("/")
     if not parts.hostname:
-        raise ConfigurationError(f"an s3:// location needs a bucket: s3://bucket/prefix, got {parts.geturl()!r}")
+        raise ConfigurationError(
+            f"an s3:// location needs a bucket: s3://bucket/prefix, got {redact_uri(parts.geturl())!r}")
     return pafs.S3FileSystem(**arguments), root
 
 

@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 from keyedstate.checkpoint.filesystems import StorageOptions, has_directories, is_transient, open_filesystem
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, SnapshotError, StorageUnavailableError
+from keyedstate.redaction import redact_uri
 
 __all__ = ["CheckpointStorage", "Where"]
 
@@ -58,7 +59,8 @@ class CheckpointStorage:
             except ConfigurationError:
                 raise
             except Exception as error:  # pyarrow raises ArrowInvalid/OSError for unknown schemes and bad URIs
-                raise ConfigurationError(f"checkpoint location {location!r} is not usable: {error}") from error
+                raise ConfigurationError(
+                    f"checkpoint location {redact_uri(location)!r} is not usable: {error}") from error
         self.location = location
         self._directories = has_directories(self.filesystem)
         self._io(lambda: self.filesystem.create_dir(self.root, recursive=True), "create the storage root")

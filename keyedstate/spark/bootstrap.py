@@ -31,6 +31,7 @@ from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError, SnapshotError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
+from keyedstate.redaction import redact_uri
 from keyedstate.spark.api import KEY_GROUP_COLUMN, _check_key_columns, _check_num_key_groups, add_key_group_column
 from keyedstate.spark.compat import check_arrow
 from keyedstate.spark.group_function import PROCESSING_TIME, GroupFunctionSpec, _GroupRuntime
@@ -104,7 +105,7 @@ def bootstrap_keyed_state(
         storage = CheckpointStorage(path, options=options)
         existing = read_bootstrap_manifest(path, options)
     except (SnapshotError, ConfigurationError) as error:
-        raise ConfigurationError(f"path {path!r} is not usable: {error}") from error
+        raise ConfigurationError(f"path {redact_uri(path)!r} is not usable: {error}") from error
     if existing is not None:
         raise ConfigurationError(f"path {path!r} already holds bootstrap {existing['bootstrap_id']} "
                                  f"({BOOTSTRAP_MANIFEST}); queries may be reading it. Write to a new path")

@@ -22,6 +22,7 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Optional
 
+from keyedstate.checkpoint.locations import join_location
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import (
     KeyedStateError,
@@ -43,7 +44,7 @@ _MIGRATE = ("or move the state to a new checkpoint with the new value: read it w
 
 def operator_storage_location(state_storage: str, query_id: str, uid: str) -> str:
     """Where one operator of one query keeps its durable files: ``<state_storage>/<query id>/<uid>``."""
-    return f"{state_storage.rstrip('/')}/{query_id}/{uid}"
+    return join_location(state_storage, query_id, uid)
 
 
 @dataclass(frozen=True)

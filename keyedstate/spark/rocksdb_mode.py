@@ -43,8 +43,10 @@ from dataclasses import replace
 from typing import Any, Optional
 
 from keyedstate.checkpoint.filesystems import StorageOptions
+from keyedstate.checkpoint.locations import last_segment
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
+from keyedstate.redaction import redact_uri, without_credentials
 from keyedstate.spark.query_settings import operator_storage_location
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.spark.local_changelogs import LocalChangelogs
@@ -144,7 +146,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         run_id = current_run_id()
         if run_id is not None and self.scope is None:
             check_single_writer(storage, run_id, batch_id)
-        if record is not None and record.location and record.location != storage.location and not self._bootstrapped:
+        if (record is not None and record.location and without_credentials(record.location) != storage.location
+                and not self._bootstrapped):
             raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
         versions = KeyGroupVersions(storage, key_group, self.num_key_groups,
                                     cache=LocalChangelogs(local.changelogs_path(query_id, self.uid, key_group)))
@@ -321,14 +324,14 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
 
 def _moved_message(key_group: int, record: VersionRecord, location: str, uid: str) -> str:
-    recorded_uid = record.location.rstrip("/").rsplit("/", 1)[-1]
+    recorded_uid = last_segment(record.location)
     if recorded_uid != uid:
         what, fix = f"uid={uid!r} but the checkpoint was written with uid={recorded_uid!r}", f"uid={recorded_uid!r}"
     else:
         what, fix = "a different state_storage", "the state_storage it was written with"
-    return (f"key group {key_group}'s committed state is in {record.location}, but keyed_process now writes to "
-            f"{location} ({what}); reading one and writing the other would mix two states. Restart with {fix}, or "
-            f"start from a new checkpoint location")
+    return (f"key group {key_group}'s committed state is in {redact_uri(record.location)}, but keyed_process now "
+            f"writes to {location} ({what}); reading one and writing the other would mix two states. Restart with "
+            f"{fix}, or start from a new checkpoint location")
 
 
 def _not_retained(key_group: int, batch_id: Optional[int], versions: KeyGroupVersions, retain_batches: int,

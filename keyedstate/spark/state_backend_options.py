@@ -9,6 +9,7 @@ from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotError
+from keyedstate.redaction import redact_uri
 from keyedstate.state.key_groups.store import HEAP, ROCKSDB, STATE_BACKENDS
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
@@ -76,7 +77,7 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
     try:
         CheckpointStorage(state_storage, options=options)  # fails now, naming the URI, rather than in every task
     except (SnapshotError, ConfigurationError) as error:
-        raise ConfigurationError(f"state_storage {state_storage!r} is not usable: {error}") from error
+        raise ConfigurationError(f"state_storage {redact_uri(state_storage)!r} is not usable: {error}") from error
     if state_backend == HEAP:
         return {"state_backend": HEAP, "state_storage": state_storage, "state_storage_options": options, "uid": uid}
     retain = int(conf.get("spark.sql.streaming.minBatchesToRetain", str(_DEFAULT_RETAIN_BATCHES)))

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.redaction import without_credentials
 from keyedstate.spark.compat import read_state_rows
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
 from keyedstate.state.base.backend import StateMetadata
@@ -90,7 +91,7 @@ def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descript
     if first is None:
         return {}
     key_group = int(first.path.split("/", 1)[0][len("kg-"):])
-    storage = CheckpointStorage(state_storage or record.location, options=state_storage_options)
+    storage = CheckpointStorage(state_storage or without_credentials(record.location), options=state_storage_options)
     versions = KeyGroupVersions(storage, key_group, num_key_groups)
     with tempfile.TemporaryDirectory(prefix="keyedstate-read-") as directory:
         path = os.path.join(directory, "db")

@@ -164,3 +164,25 @@ def test_key_group_versions_on_s3_delete_replaced_bases_and_leave_no_objects_beh
     named = {entry.path for manifest in kept for entry in manifest.files}
     # base 3 stays while a retried batch 4 may restore it; bases 0..2 and every object only they named are gone
     assert on_s3 == named | {record.base.path, f"kg-00000/b{3:012d}-0003.json"}
+
+
+@pytest.mark.parametrize("uri", ["s3://AKIAEXAMPLE:hunter2@bucket/state", "s3://bucket/state?secret_key=hunter2",
+                                 "s3://bucket/state?session_token=hunter2&scheme=http"])
+def test_credentials_in_the_uri_are_refused_naming_where_they_go_without_echoing_them(uri):
+    # a location is logged, shown in errors and saved in the state files: a secret in it would be everywhere
+    with pytest.raises(ConfigurationError) as refused:
+        CheckpointStorage(uri)
+    message = str(refused.value)
+    assert "hunter2" not in message
+    assert "carries credentials" in message and "*********(redacted)" in message
+    assert "state_storage_options (access_key, secret_key, session_token)" in message
+    assert "AWS_SECRET_ACCESS_KEY" in message
+
+
+def test_the_repr_of_storage_options_which_specs_and_logs_show_hides_every_secret():
+    options = StorageOptions.parse({"access_key": "AKIAEXAMPLE", "secret_key": "hunter2", "session_token": "hunter3",
+                                    "region": "eu-west-1"})
+    shown = repr(options)
+    assert "hunter2" not in shown and "hunter3" not in shown
+    assert "secret_key='*********(redacted)'" in shown and "access_key='AKIAEXAMPLE'" in shown
+    assert options.s3["secret_key"] == "hunter2"  # the executors still get it

@@ -1,6 +1,7 @@
 """RocksDB mode with its state on a real S3-compatible server (S3Proxy on 127.0.0.1): output and state equal row
 mode's with every batch restoring from S3 and a 20 s outage mid-query ridden out within the retry budget; a longer
-outage fails the batch naming the storage and the option, after which the restarted query continues exactly once."""
+outage fails the batch naming the storage and the option, after which the restarted query continues exactly once;
+the endpoint given in the URI's query string serves every batch and the restart."""
 
 from __future__ import annotations
 
@@ -74,3 +75,20 @@ def test_an_outage_longer_than_the_budget_fails_naming_storage_and_option_then_r
     assert output_of(spark, tmp_path) == heap_run[0]
     assert read_keyed_state(spark, str(tmp_path / "checkpoint"), state_storage_options=s3.storage_options()) == \
         heap_run[1]
+
+
+def test_the_endpoint_in_the_uris_query_string_serves_every_batch_and_the_restart(spark, tmp_path, s3, heap_run):
+    # the documented form: the per-query directories must go into the path, not after "scheme=http"
+    credentials = {name: value for name, value in s3.storage_options().items() if name != "endpoint_url"}
+    backend = {"state_backend": "rocksdb", "state_local_dir": str(tmp_path / "local"), "snapshot_policy": SMALL_POLICY,
+               "state_storage": f"s3://{s3.bucket}/jobs/state?endpoint_override=127.0.0.1:{s3.port}&scheme=http",
+               "state_storage_options": credentials}
+    half = BATCHES // 2
+    run_batches(spark, tmp_path, range(half), **backend)
+    shutil.rmtree(tmp_path / "local")  # the restarted query restores every key group through the URI
+    run_batches(spark, tmp_path, range(half, BATCHES), **backend)
+    assert output_of(spark, tmp_path) == heap_run[0]
+    assert read_keyed_state(spark, str(tmp_path / "checkpoint"), state_storage_options=credentials) == heap_run[1]
+    [query_dir] = (s3.data_dir / s3.bucket / "jobs" / "state").iterdir()
+    assert [uid.name for uid in query_dir.iterdir()] == ["CountListAndQuiet"]
+    assert objects(s3, "b*.json") and objects(s3, "c*.log")

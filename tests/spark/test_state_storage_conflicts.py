@@ -109,3 +109,15 @@ def test_a_copied_checkpoint_started_next_to_its_running_original_stops_the_orig
     message = str(failure.value)
     assert "StateStorageConflictError" in message and "another run of this query" in message
     assert str(storage) in message and "a copied checkpoint needs its own state_storage" in message
+
+
+def test_a_location_a_checkpoint_saved_with_credentials_is_shown_redacted_when_it_conflicts():
+    # checkpoints written before URIs with credentials were refused saved them in every version record
+    from keyedstate.spark.rocksdb_mode import _moved_message
+    from keyedstate.state.rocksdb.versions import VersionRecord
+
+    record = VersionRecord("t", None, None, 0, location="s3://AKIA:hunter2@bucket/old/q/CountListAndQuiet")
+    message = _moved_message(3, record, "s3://bucket/new/q/CountListAndQuiet", "CountListAndQuiet")
+    assert "hunter2" not in message
+    assert "s3://*********(redacted)@bucket/old/q/CountListAndQuiet" in message
+    assert "a different state_storage" in message

@@ -28,6 +28,7 @@ from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, SnapshotError
+from keyedstate.redaction import redact_uri
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.rocksdb.versions import Where
 
@@ -145,7 +146,7 @@ def resolve_initial_state(initial_state: Union[str, os.PathLike[str], KeyedState
     try:
         body = read_bootstrap_manifest(path, options)
     except (SnapshotError, ConfigurationError) as error:
-        raise ConfigurationError(f"initial_state {path!r} is not readable: {error}") from error
+        raise ConfigurationError(f"initial_state {redact_uri(path)!r} is not readable: {error}") from error
     if body is None:
         raise ConfigurationError(
             f"initial_state {path!r} holds no bootstrap ({BOOTSTRAP_MANIFEST} is missing): give the path "
