@@ -65,12 +65,18 @@ def redact_text(text: str, secrets: Iterable[str]) -> str:
     return text
 
 
+_KEY_ID_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs"})
+
+
 def uri_credentials(uri: str) -> list[str]:
     """What in ``uri`` is a credential: its user information and secret-looking query parameters (their names)."""
     if "://" not in uri:
         return []
     parts = urlsplit(uri)
-    found = ["user information (user:password@)"] if "@" in parts.netloc else []
+    # A user name alone is no secret (hdfs://user@namenode), except where it is an object store's access key id.
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else None
+    secret_user = userinfo is not None and (":" in userinfo or parts.scheme.lower() in _KEY_ID_SCHEMES)
+    found = ["user information (user:password@)"] if secret_user else []
     found += [name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if is_secret(name)]
     return found
 

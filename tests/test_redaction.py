@@ -46,3 +46,11 @@ def test_without_credentials_leaves_the_location_they_were_attached_to():
     assert without_credentials(stored) == "s3://bucket/p/q/u?scheme=http"
     assert without_credentials("s3://bucket/p?scheme=http") == "s3://bucket/p?scheme=http"
     assert without_credentials("/local/p") == "/local/p"
+
+
+def test_a_user_name_alone_is_a_credential_only_where_it_is_an_access_key_id():
+    from keyedstate.redaction import uri_credentials
+
+    assert uri_credentials("hdfs://etl@namenode:8020/state") == []
+    assert uri_credentials("hdfs://etl:pw@namenode:8020/state") == ["user information (user:password@)"]
+    assert uri_credentials("s3://AKIAEXAMPLE@bucket/state") == ["user information (user:password@)"]
