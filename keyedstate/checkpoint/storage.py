@@ -14,6 +14,7 @@ import logging
 import os
 import re
 import time
+import uuid
 from typing import Any, Callable, Iterable, Mapping, Optional, Protocol, TypeVar
 
 import pyarrow.fs as pafs
@@ -141,6 +142,22 @@ class CheckpointStorage:
 
         self._io(write, f"write {relative}")
         return FileEntry(relative, name, len(data), hashlib.sha256(data).hexdigest(), shared)
+
+    def replace_bytes(self, relative: str, data: bytes) -> None:
+        """Write ``relative`` so that a concurrent reader sees the old or the new content, never part of it: a PUT
+        where the store has no directories (object stores), else a temporary file moved over it."""
+        if not self._directories:
+            self.write_bytes(relative, data, relative)
+            return
+        temporary = f"{relative}.{uuid.uuid4().hex}.tmp"
+
+        def write() -> None:
+            self._create_parent(relative)
+            with self.filesystem.open_output_stream(self._full(temporary)) as out:
+                out.write(data)
+            self.filesystem.move(self._full(temporary), self._full(relative))
+
+        self._io(write, f"write {relative}")
 
     def upload_file(self, local_path: str, relative: str, name: str, shared: bool = False,
                     checksum: Optional[str] = None) -> FileEntry:

@@ -184,5 +184,5 @@ def _write(storage: CheckpointStorage, settings: QuerySettings, since: int,
     body = {"format": _FORMAT, "since_batch": since, "settings": settings.to_json(),
             "states": [{**state.to_json(), "since_batch": state_since}
                        for _, (state, state_since) in sorted(states.items())]}
-    storage.write_bytes(SETTINGS_RECORD, json.dumps(body, sort_keys=True).encode(), SETTINGS_RECORD)
+    storage.replace_bytes(SETTINGS_RECORD, json.dumps(body, sort_keys=True).encode())
 

@@ -160,3 +160,27 @@ def test_listing_a_directory_another_process_is_creating_gives_its_entries_or_no
         stop.set()
         churn.join(10)
     assert listings > 1000
+
+
+def test_a_replaced_file_is_read_whole_while_another_process_keeps_replacing_it(storage):
+    import multiprocessing
+
+    first, second = b"a" * 200_000, b"b" * 300_000
+    storage.replace_bytes("record.json", first)
+    stop = multiprocessing.Event()
+    writer = multiprocessing.Process(target=_keep_replacing, args=(storage.location, stop, first, second))
+    writer.start()
+    try:
+        seen = {storage.read_bytes("record.json") for _ in range(2_000)}
+    finally:
+        stop.set()
+        writer.join(30)
+    assert seen <= {first, second}  # never empty or a prefix: a plain rewrite truncates first
+    assert not [name for name in storage.list_files("") if name.endswith(".tmp")]
+
+
+def _keep_replacing(location: str, stop, first: bytes, second: bytes) -> None:
+    storage = CheckpointStorage(location)
+    while not stop.is_set():
+        storage.replace_bytes("record.json", second)
+        storage.replace_bytes("record.json", first)
