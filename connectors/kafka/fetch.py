@@ -93,7 +93,8 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
     if start >= 0 and start >= end:
         return
     key, consumer = _consumer(opts)
-    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
+    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers,
+                         security_protocol=opts.kafka.get("security.protocol"))
     where = f"topic {topic!r} partition {partition}"
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if start < 0 else start)])
     ok = False
@@ -215,7 +216,8 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                 break
             raise error_codes.translate(
                 last_error or error_codes.no_progress_error(), brokers=opts.bootstrap_servers, topic=where,
-                action="fetching records", elapsed_s=now - stalled_since, budget_ms=opts.broker_retry_timeout_ms)
+                action="fetching records", elapsed_s=now - stalled_since, budget_ms=opts.broker_retry_timeout_ms,
+                security_protocol=opts.kafka.get("security.protocol"))
     if offs:
         yield _to_batch(topic, partition, keys, values, offs, ts, tts, hdrs)
 
