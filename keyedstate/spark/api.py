@@ -356,8 +356,10 @@ def keyed_process(
       (``endpoint_url``, ``access_key``, ``secret_key``, ``region``, any ``pyarrow.fs.S3FileSystem`` argument);
       see docs/operations.md. ``state_local_dir`` is where executors keep their
       local databases (default: ``$KEYEDSTATE_LOCAL_DIR``, else Spark's local dir, else the temp dir). ``uid``
-      names the operator's state directories (default: the function's class name): give two keyed_process of the
-      same function class in one query different uids. ``rocksdb_options`` tunes RocksDB
+      names the operator's state directories (default: the function's class ``__qualname__`` without ``<>``; a
+      class whose name breaks the uid rule, such as ``_make.<locals>.Count``, gets a valid one derived from it):
+      give two keyed_process of the same function class in one query different uids. A uid is 1-200 letters,
+      digits, ``.``, ``_`` or ``-``, the first a letter or digit. ``rocksdb_options`` tunes RocksDB
       (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` (:class:`keyedstate.spark.SnapshotPolicy`) says
       when a new base snapshot replaces changelogs.
     * ``initial_state`` (the path :func:`keyedstate.spark.bootstrap_keyed_state` wrote to, or what it returned)

@@ -143,7 +143,7 @@ def test_rocksdb_only_options_and_bad_values_are_refused_before_the_query_starts
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="disk")
     with pytest.raises(ConfigurationError, match="state_storage only apply with state_backend='rocksdb'"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_storage=str(tmp_path))
-    with pytest.raises(ConfigurationError, match="uid must be"):
+    with pytest.raises(ConfigurationError, match="uid=.a/b. is not valid"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="rocksdb",
                       state_storage=str(tmp_path / "s"), uid="a/b")
     with pytest.raises(ConfigurationError, match="state_storage 'nosuchscheme://x' is not usable"):
