@@ -1,0 +1,93 @@
+"""Timestamps outside pandas' nanosecond range (after 2262-04-11, before 1677-09-21) are valid Spark timestamps:
+keyed_process hands them to the function as the same ``datetime.datetime`` s as any other timestamp."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from pyspark.errors import StreamingQueryException
+
+from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
+from tests.spark.file_stream import start_query, write_input
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SCHEMA = "user STRING, ts TIMESTAMP, until TIMESTAMP"
+OUTPUT = "user STRING, count BIGINT, ts STRING, until STRING, event_ms BIGINT, fired_at BIGINT"
+
+
+class Remember(KeyedProcessFunction):
+    """Emits what process_element saw (the timestamps as ISO strings), and a row when a timer a minute after an
+    element after 1970 fires."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        for column in ("ts", "until"):
+            assert value[column] is None or isinstance(value[column], dt.datetime), value
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        if ctx.timestamp() >= 0:  # timers take non-negative epoch milliseconds
+            ctx.timer_service().register_event_time_timer(ctx.timestamp() + 60_000)
+        until = None if value["until"] is None else value["until"].isoformat()
+        yield value["user"], count, value["ts"].isoformat(), until, ctx.timestamp(), None
+
+    def on_timer(self, timestamp, ctx):
+        yield ctx.get_current_key(), self.count.value(), None, None, None, timestamp
+
+
+ROWS = [
+    {"user": "forever", "ts": "9999-12-31T23:59:59.999999Z", "until": "9999-12-31T00:00:00Z"},
+    {"user": "ancient", "ts": "1500-06-01T12:00:00Z", "until": None},
+    {"user": "now", "ts": "2024-07-01T12:00:00.123456Z", "until": "2262-04-12T00:00:00Z"},
+]
+
+
+@pytest.fixture()
+def new_york(spark):
+    """A session time zone with an offset, so the test sees which wall clock the function gets."""
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    yield
+    spark.conf.set("spark.sql.session.timeZone", previous)
+
+
+def test_event_and_value_timestamps_up_to_year_9999_reach_the_function_as_datetimes(spark, tmp_path, new_york,
+                                                                                     state_backend):
+    write_input(tmp_path / "in", 0, ROWS)
+    query = start_query(spark, tmp_path, Remember(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        query_name="far_timestamps", **state_backend)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = {(r.user, r.fired_at is not None): r for r in spark.table("far_timestamps").collect()}
+    # the session time zone's wall clock, as for every timestamp column PySpark hands to Python (New York is
+    # UTC-5 in winter, UTC-4 in summer, and LMT -4:56:02 before 1883)
+    assert rows["forever", False].ts == "9999-12-31T18:59:59.999999"
+    assert rows["forever", False].until == "9999-12-30T19:00:00"
+    assert rows["forever", False].event_ms == 253402300799999
+    assert rows["ancient", False].ts == "1500-06-01T07:03:58" and rows["ancient", False].until is None
+    assert rows["ancient", False].event_ms == -14818680000000
+    assert rows["now", False].ts == "2024-07-01T08:00:00.123456"
+    assert rows["now", False].until == "2262-04-11T20:00:00"
+    # the year-9999 event moved the watermark to its own time: the 2024 key's timer fired, its own (a minute
+    # later) waits
+    assert rows["now", True].fired_at == 1719835200123 + 60_000 and ("forever", True) not in rows
+
+
+def test_with_drop_late_events_the_watermarked_column_past_2262_fails_naming_column_key_and_range(spark, tmp_path):
+    write_input(tmp_path / "in", 0, ROWS[:1])
+    query = start_query(spark, tmp_path, Remember(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
+                        query_name="far_watermarked", drop_late_events=True)
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    message = str(failure.value)
+    assert "keyed_process: column 'ts' holds 9999-12-31" in message and "for key (forever)" in message
+    assert "1677-09-21 00:12:43.145225 to 2262-04-11 23:47:16.854775" in message
+    assert "drop_late_events=False" in message and "ArrowInvalid" not in message
