@@ -37,6 +37,10 @@ class RetryBudget:
         self._sleep = sleep
         self._failing_since: float | None = None
 
+    def client_errors(self) -> list[str]:
+        """librdkafka's recent error texts of the client this budget serves (see error_codes.ClientErrors)."""
+        return list(self._client_errors()) if self._client_errors is not None else []
+
     def succeeded(self) -> None:
         if self._failing_since is not None:
             log.info("Kafka brokers %s reachable again after %.1f s", self.brokers,
@@ -54,8 +58,7 @@ class RetryBudget:
         if elapsed * 1000 >= self.budget_ms:
             raise error_codes.translate(
                 exc, brokers=self.brokers, topic=topic, action=action, elapsed_s=elapsed, budget_ms=self.budget_ms,
-                security_protocol=self.security_protocol,
-                client_errors=self._client_errors() if self._client_errors is not None else (),
+                security_protocol=self.security_protocol, client_errors=self.client_errors(),
             ) from (exc if isinstance(exc, BaseException) else None)
         self._sleep(min(self.backoff_ms / 1000, max(0.0, self.budget_ms / 1000 - elapsed)))
 

@@ -134,14 +134,16 @@ def test_a_security_protocol_the_listener_does_not_speak_is_named_as_the_likely_
     assert "kafka.sasl.password" not in msg and "'p'" not in msg
 
 
-def test_the_fetch_of_an_executor_names_a_possible_protocol_mismatch_too(kafka_broker):
+def test_the_fetch_of_an_executor_names_the_protocol_mismatch_too(kafka_broker):
     bs = kafka_broker.bootstrap
     opts = parse_options({"kafka.bootstrap.servers": bs, "subscribe": "t", "commitOffsets": "false",
                           "brokerRetryTimeoutMs": "1500", "retryBackoffMs": "200",
                           "kafka.security.protocol": "SSL"})
     with pytest.raises(BrokersUnavailableError) as e:
         list(read_range(opts, KafkaInputPartition("t", 0, 0, 10)))
-    assert f"kafka.security.protocol=SSL may not match the listener at {bs}" in str(e.value)
+    msg = str(e.value)
+    assert "brokerRetryTimeoutMs=1500" in msg and "connecting to a PLAINTEXT broker listener?" in msg
+    assert f"The listener at {bs} refused kafka.security.protocol=SSL and looks like a PLAINTEXT listener" in msg
 
 
 def test_protocol_hints_follow_librdkafkas_words_and_stay_quiet_for_a_plain_outage():
