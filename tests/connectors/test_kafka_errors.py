@@ -157,3 +157,22 @@ def test_protocol_hints_follow_librdkafkas_words_and_stay_quiet_for_a_plain_outa
     assert listener_hint("PLAINTEXT", "b:9092", ["Connection refused"]) == ""
     unproven = listener_hint("sasl_ssl", "b:9092", ["Connection refused"])
     assert "kafka.security.protocol=SASL_SSL may not match the listener at b:9092" in unproven
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_sink_task_names_a_possible_protocol_mismatch(kafka_broker, guarantee):
+    import pyarrow as pa
+
+    from connectors.kafka.sink_options import parse_sink_options
+    from connectors.kafka.sink_writer import SinkTask, write_task
+
+    bs = kafka_broker.bootstrap
+    opts = parse_sink_options({
+        "kafka.bootstrap.servers": bs, "topic": "t", "deliveryGuarantee": guarantee, "brokerRetryTimeoutMs": "1500",
+        "requestTimeoutMs": "500", "retryBackoffMs": "200", "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "u", "kafka.sasl.password": "p",
+        **({"transactionalIdPrefix": unique("txn")} if guarantee == "exactly_once" else {})})
+    rows = iter([pa.record_batch({"value": pa.array(["a"], pa.string())})])
+    with pytest.raises(BrokersUnavailableError) as e:
+        write_task(opts, rows, SinkTask("q", batch_id=0, partition_id=0))
+    assert f"kafka.security.protocol=SASL_PLAINTEXT may not match the listener at {bs}" in str(e.value)
