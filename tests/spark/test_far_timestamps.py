@@ -6,10 +6,9 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
-from tests.spark.file_stream import start_query, write_input
+from tests.spark.file_stream import failure_message, start_query, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -80,14 +79,8 @@ def test_event_and_value_timestamps_up_to_year_9999_reach_the_function_as_dateti
 
 def test_with_drop_late_events_the_watermarked_column_past_2262_fails_naming_column_key_and_range(spark, tmp_path):
     write_input(tmp_path / "in", 0, ROWS[:1])
-    query = start_query(spark, tmp_path, Remember(), schema=SCHEMA, key_columns=["user"], output_schema=OUTPUT,
-                        query_name="far_watermarked", drop_late_events=True)
-    try:
-        with pytest.raises(StreamingQueryException) as failure:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    message = str(failure.value)
+    message = failure_message(start_query(spark, tmp_path, Remember(), schema=SCHEMA, key_columns=["user"],
+                                          output_schema=OUTPUT, query_name="far_watermarked", drop_late_events=True))
     assert "keyed_process: column 'ts' holds 9999-12-31" in message and "for key (forever)" in message
     assert "1677-09-21 00:12:43.145225 to 2262-04-11 23:47:16.854775" in message
     assert "drop_late_events=False" in message and "ArrowInvalid" not in message
