@@ -7,7 +7,8 @@ import datetime as dt
 
 import pytest
 
-from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
+from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, Types, ValueStateDescriptor
+from keyedstate.spark import keyed_co_process
 from tests.spark.file_stream import failure_message, start_query, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -84,3 +85,34 @@ def test_with_drop_late_events_the_watermarked_column_past_2262_fails_naming_col
     assert "keyed_process: column 'ts' holds 9999-12-31" in message and "for key (forever)" in message
     assert "1677-09-21 00:12:43.145225 to 2262-04-11 23:47:16.854775" in message
     assert "drop_late_events=False" in message and "ArrowInvalid" not in message
+
+
+class Describe(KeyedCoProcessFunction):
+    """Emits which input an element came from and its timestamps, as ISO strings."""
+
+    def process_element1(self, value, ctx):
+        yield ctx.get_current_key().isoformat(), "first", value["seen"].isoformat()
+
+    def process_element2(self, value, ctx):
+        yield ctx.get_current_key().isoformat(), "second", value["paid"].isoformat()
+
+
+def test_keyed_co_process_hands_year_9999_keys_and_values_to_both_inputs(spark, tmp_path):
+    write_input(tmp_path / "first", 0, [{"until": "9999-12-31T00:00:00Z", "seen": "9999-12-31T23:59:59Z"}])
+    write_input(tmp_path / "second", 0, [{"expiry": "9999-12-31T00:00:00Z", "paid": "1200-01-01T00:00:00Z"}])
+    first = (spark.readStream.schema("until TIMESTAMP, seen TIMESTAMP").json(str(tmp_path / "first"))
+             .withWatermark("seen", "0 seconds"))
+    second = (spark.readStream.schema("expiry TIMESTAMP, paid TIMESTAMP").json(str(tmp_path / "second"))
+              .withWatermark("paid", "0 seconds"))
+    output = keyed_co_process(first, second, ["until"], ["expiry"], Describe(), "key STRING, input STRING, at STRING",
+                              event_time_columns=("seen", "paid"), num_key_groups=3)
+    query = (output.writeStream.format("memory").queryName("far_co_process")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert sorted(tuple(r) for r in spark.table("far_co_process").collect()) == [
+        ("9999-12-31T00:00:00", "first", "9999-12-31T23:59:59"),
+        ("9999-12-31T00:00:00", "second", "1200-01-01T00:00:00"),
+    ]
