@@ -13,7 +13,7 @@ from typing import Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import TimestampNTZType, TimestampType
+from pyspark.sql.types import DataType, TimestampNTZType, TimestampType
 
 from keyedstate.spark.watermarks import WATERMARK_METADATA_KEY
 
@@ -27,11 +27,13 @@ _PANDAS_MICROS = (-(2**63 - 1) // 1000 + 1, (2**63 - 1) // 1000)
 PANDAS_RANGE = "1677-09-21 00:12:43.145225 to 2262-04-11 23:47:16.854775"
 
 
-def _wall_clock_micros(name: str) -> Column:
-    # cast(... as timestamp_ntz) gives the session time zone's wall clock, which is what PySpark's pandas
-    # conversion shows for a TIMESTAMP column (and NTZ columns are wall clocks already).
-    return F.expr(f"timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', "
-                  f"cast(`{name.replace('`', '``')}` as timestamp_ntz))")
+def _wall_clock_micros(name: str, data_type: DataType) -> Column:
+    quoted = f"`{name.replace('`', '``')}`"
+    if isinstance(data_type, TimestampType):
+        # PySpark shows a TIMESTAMP as the session time zone's wall clock; from_utc_timestamp (Spark 2.4+, unlike
+        # the NTZ expression below) shifts the instant by the same offset.
+        return F.expr(f"unix_micros(from_utc_timestamp({quoted}, current_timezone()))")
+    return F.expr(f"timestampdiff(MICROSECOND, TIMESTAMP_NTZ'1970-01-01 00:00:00', {quoted})")
 
 
 def send_timestamps_as_micros(df: DataFrame, columns: Sequence[str], key_columns: Sequence[str],
@@ -50,7 +52,7 @@ def send_timestamps_as_micros(df: DataFrame, columns: Sequence[str], key_columns
         if name not in columns or not isinstance(field.dataType, (TimestampType, TimestampNTZType)):
             projection.append(F.col(f"`{name}`"))
         elif WATERMARK_METADATA_KEY in (field.metadata or {}):
-            micros = _wall_clock_micros(name)
+            micros = _wall_clock_micros(name, field.dataType)
             key = F.concat_ws(", ", *[F.col(f"`{k}`").cast("string") for k in key_columns])
             message = F.concat(
                 F.lit(f"{call}: column {name!r} holds "), F.col(f"`{name}`").cast("string"), F.lit(" for key ("),
@@ -62,7 +64,7 @@ def send_timestamps_as_micros(df: DataFrame, columns: Sequence[str], key_columns
             projection.append(checked.alias(name, metadata=field.metadata))
             checked_any = True
         else:
-            projection.append(F.coalesce(_wall_clock_micros(name), F.lit(_NULL)).alias(name))
+            projection.append(F.coalesce(_wall_clock_micros(name, field.dataType), F.lit(_NULL)).alias(name))
             encoded.append(name)
     if not encoded and not checked_any:
         return df, ()

@@ -13,8 +13,8 @@ from tests.spark.file_stream import failure_message, start_query, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-SCHEMA = "user STRING, ts TIMESTAMP, until TIMESTAMP"
-OUTPUT = "user STRING, count BIGINT, ts STRING, until STRING, event_ms BIGINT, fired_at BIGINT"
+SCHEMA = "user STRING, ts TIMESTAMP, until TIMESTAMP, local TIMESTAMP_NTZ"
+OUTPUT = "user STRING, count BIGINT, ts STRING, until STRING, local STRING, event_ms BIGINT, fired_at BIGINT"
 
 
 class Remember(KeyedProcessFunction):
@@ -25,23 +25,24 @@ class Remember(KeyedProcessFunction):
         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
 
     def process_element(self, value, ctx):
-        for column in ("ts", "until"):
+        for column in ("ts", "until", "local"):
             assert value[column] is None or isinstance(value[column], dt.datetime), value
         count = (self.count.value() or 0) + 1
         self.count.update(count)
         if ctx.timestamp() >= 0:  # timers take non-negative epoch milliseconds
             ctx.timer_service().register_event_time_timer(ctx.timestamp() + 60_000)
-        until = None if value["until"] is None else value["until"].isoformat()
-        yield value["user"], count, value["ts"].isoformat(), until, ctx.timestamp(), None
+        until, local = (None if value[c] is None else value[c].isoformat() for c in ("until", "local"))
+        yield value["user"], count, value["ts"].isoformat(), until, local, ctx.timestamp(), None
 
     def on_timer(self, timestamp, ctx):
-        yield ctx.get_current_key(), self.count.value(), None, None, None, timestamp
+        yield ctx.get_current_key(), self.count.value(), None, None, None, None, timestamp
 
 
 ROWS = [
-    {"user": "forever", "ts": "9999-12-31T23:59:59.999999Z", "until": "9999-12-31T00:00:00Z"},
-    {"user": "ancient", "ts": "1500-06-01T12:00:00Z", "until": None},
-    {"user": "now", "ts": "2024-07-01T12:00:00.123456Z", "until": "2262-04-12T00:00:00Z"},
+    {"user": "forever", "ts": "9999-12-31T23:59:59.999999Z", "until": "9999-12-31T00:00:00Z",
+     "local": "9999-12-31T23:59:59"},
+    {"user": "ancient", "ts": "1500-06-01T12:00:00Z", "until": None, "local": "0001-01-01T00:00:00"},
+    {"user": "now", "ts": "2024-07-01T12:00:00.123456Z", "until": "2262-04-12T00:00:00Z", "local": None},
 ]
 
 
@@ -68,11 +69,13 @@ def test_event_and_value_timestamps_up_to_year_9999_reach_the_function_as_dateti
     # UTC-5 in winter, UTC-4 in summer, and LMT -4:56:02 before 1883)
     assert rows["forever", False].ts == "9999-12-31T18:59:59.999999"
     assert rows["forever", False].until == "9999-12-30T19:00:00"
+    assert rows["forever", False].local == "9999-12-31T23:59:59"  # TIMESTAMP_NTZ: no time zone applies
     assert rows["forever", False].event_ms == 253402300799999
     assert rows["ancient", False].ts == "1500-06-01T07:03:58" and rows["ancient", False].until is None
+    assert rows["ancient", False].local == "0001-01-01T00:00:00"
     assert rows["ancient", False].event_ms == -14818680000000
     assert rows["now", False].ts == "2024-07-01T08:00:00.123456"
-    assert rows["now", False].until == "2262-04-11T20:00:00"
+    assert rows["now", False].until == "2262-04-11T20:00:00" and rows["now", False].local is None
     # the year-9999 event moved the watermark to its own time: the 2024 key's timer fired, its own (a minute
     # later) waits
     assert rows["now", True].fired_at == 1719835200123 + 60_000 and ("forever", True) not in rows
