@@ -5,6 +5,11 @@ Messages name the thing that went wrong (state, key, type, file, option) and how
 
 from __future__ import annotations
 
+import importlib
+import re
+from contextlib import contextmanager
+from typing import Iterator, Optional
+
 __all__ = [
     "KeyedStateError",
     "ConfigurationError",
@@ -31,6 +36,8 @@ __all__ = [
     "UserFunctionError",
     "InvalidOutputError",
     "UnsupportedSparkVersionError",
+    "unwrap",
+    "unwrapped",
 ]
 
 
@@ -137,3 +144,52 @@ class InvalidOutputError(KeyedStateError, TypeError):
 
 class UnsupportedSparkVersionError(KeyedStateError, RuntimeError):
     """A feature needs a newer Spark, or the installed PySpark does not work with the installed pyarrow."""
+
+
+# "connectors.kafka.errors.MissingGroupIdError: offset commits are on ..." in the Python traceback Spark's exception
+# carries; the message runs to the end of its line, before the " SQLSTATE: ..." Spark may append.
+_RAISED = re.compile(r"\b((?:keyedstate|connectors)(?:\.\w+)+)\.(\w+): (.*?)(?: SQLSTATE: \w+)*$", re.MULTILINE)
+
+
+def unwrap(error: BaseException) -> Optional[KeyedStateError]:
+    """The keyedstate (or connector) error inside ``error``, an exception Spark raised in your process; None if
+    there is none. It is ``error`` itself when that is already ours.
+
+    Errors raised in Python processes Spark starts (data-source option checks at ``load()``/``start()``, executor
+    tasks) reach you as a Spark exception (``AnalysisException``, ``StreamingQueryException``,
+    ``PythonException``) whose message holds the Python traceback, ``module.ClassName: message`` in its last lines.
+    The returned error is a new instance of that class with that message, and ``error`` as its ``__cause__``.
+    """
+    if isinstance(error, KeyedStateError):
+        return error
+    matches = list(_RAISED.finditer(str(error)))
+    for match in reversed(matches):  # the last one raised: a chained traceback prints its causes first
+        module_name, class_name, message = match.groups()
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name, None)
+        except ImportError:
+            continue
+        if isinstance(cls, type) and issubclass(cls, KeyedStateError):
+            ours = cls(message.strip())
+            ours.__cause__ = error
+            return ours
+    return None
+
+
+@contextmanager
+def unwrapped() -> Iterator[None]:
+    """Re-raise a keyedstate error that Spark wrapped (see :func:`unwrap`) as itself, so that ``except
+    KafkaConfigurationError`` (or any keyedstate error class) works around Spark calls::
+
+        with unwrapped():
+            df = spark.readStream.format("keyedstate-kafka").options(**opts).load()
+
+    Other exceptions pass unchanged.
+    """
+    try:
+        yield
+    except Exception as error:
+        ours = unwrap(error)
+        if ours is None or ours is error:
+            raise
+        raise ours from error

@@ -33,15 +33,22 @@ class KafkaClient:
         self.opts = opts
         self.brokers = opts.bootstrap_servers
         config = opts.librdkafka_config("admin")
+        self._errors = config["error_cb"] = error_codes.ClientErrors()
         try:
             self._admin = AdminClient(config)
         except KafkaException as exc:
             raise error_codes.rejected_configuration("source's admin client", exc, config) from None
         self._timeout_s = opts.request_timeout_ms / 1000
-        self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, self.brokers)
+        self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, self.brokers,
+                                  security_protocol=opts.kafka.get("security.protocol"),
+                                  client_errors=self._client_errors)
         self._lock = threading.Lock()
         self._group_consumers: dict[str, Consumer] = {}
         self._isolation = (IsolationLevel.READ_COMMITTED if opts.read_committed else IsolationLevel.READ_UNCOMMITTED)
+
+    def _client_errors(self) -> list[str]:
+        self._admin.poll(0)  # an admin client hands librdkafka's error events to error_cb only when polled
+        return list(self._errors.texts)
 
     # -- metadata ---------------------------------------------------------------------------------------------
     def _topics_metadata(self) -> dict:

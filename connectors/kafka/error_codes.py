@@ -6,7 +6,8 @@ module inspects librdkafka error codes.
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections import deque
+from typing import Iterable, Mapping, Optional
 
 from confluent_kafka import KafkaError, KafkaException
 
@@ -26,7 +27,7 @@ from keyedstate.redaction import redact_text, secret_values
 
 __all__ = ["kafka_error_of", "is_transient", "is_retriable_fetch_error", "is_unknown_topic", "is_partition_eof",
            "is_out_of_range", "no_progress_error", "translate", "is_fenced", "is_retriable_txn_error",
-           "txn_requires_abort", "is_purged", "rejected_configuration"]
+           "txn_requires_abort", "is_purged", "rejected_configuration", "ClientErrors", "listener_hint"]
 
 #: Errors that mean "brokers (or a leader/coordinator) are not reachable right now": retry within the budget.
 _TRANSIENT = {
@@ -45,6 +46,50 @@ _OUT_OF_RANGE = {KafkaError.OFFSET_OUT_OF_RANGE, KafkaError._AUTO_OFFSET_RESET}
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
            KafkaError.TRANSACTION_COORDINATOR_FENCED}
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG_SIZE}
+
+
+#: librdkafka's words for a client whose security.protocol does not match the listener it reached.
+_SECURE_CLIENT_AT_PLAIN_LISTENER = (
+    "connecting to a PLAINTEXT broker listener?",  # SSL/SASL_SSL: the TLS handshake meets a plaintext listener
+    "Request not valid in current SASL state",  # SASL_PLAINTEXT: a listener without SASL refuses the handshake
+)
+_PLAIN_CLIENT_AT_SECURE_LISTENER = ("connecting to a SSL listener?", "Disconnected while requesting ApiVersion")
+
+
+class ClientErrors:
+    """An ``error_cb`` keeping librdkafka's last few distinct error texts: a request that times out reports only
+    ``_TRANSPORT``, while the reason (a TLS or SASL handshake the listener refused) comes through this callback."""
+
+    def __init__(self, keep: int = 8) -> None:
+        self.texts: deque[str] = deque(maxlen=keep)
+
+    def __call__(self, err: KafkaError) -> None:
+        text = err.str()
+        if text not in self.texts:
+            self.texts.append(text)
+
+
+def listener_hint(security_protocol: Optional[str], brokers: str, texts: Iterable[str] = ()) -> str:
+    """A sentence for a broker outage that may be a client/listener protocol mismatch ("" when nothing suggests
+    one): said outright when librdkafka's error ``texts`` show it, as a possibility when the client does not use
+    librdkafka's default PLAINTEXT."""
+    protocol = (security_protocol or "PLAINTEXT").upper()
+    texts = list(texts)
+    evidence = next((t for t in texts if any(m in t for m in _SECURE_CLIENT_AT_PLAIN_LISTENER)), None)
+    if evidence is not None and protocol != "PLAINTEXT":
+        return (f". The listener at {brokers} refused kafka.security.protocol={protocol} and looks like a PLAINTEXT "
+                f"listener (librdkafka: {evidence}); set kafka.security.protocol to the protocol of the listener "
+                f"on that port, or point kafka.bootstrap.servers at the brokers' {protocol} listener")
+    evidence = next((t for t in texts if any(m in t for m in _PLAIN_CLIENT_AT_SECURE_LISTENER)), None)
+    if evidence is not None and protocol == "PLAINTEXT":
+        return (f". The listener at {brokers} closed PLAINTEXT connections during the first request, as an SSL or "
+                f"SASL listener does (librdkafka: {evidence}); set kafka.security.protocol (SSL, SASL_SSL or "
+                f"SASL_PLAINTEXT) to the listener's protocol")
+    if protocol != "PLAINTEXT":
+        return (f". kafka.security.protocol={protocol} may not match the listener at {brokers}: a listener of "
+                f"another protocol (such as PLAINTEXT) only shows as unreachable brokers. Check the brokers' "
+                f"listeners/advertised.listeners for that port")
+    return ""
 
 
 def kafka_error_of(exc: BaseException | KafkaError | None) -> Optional[KafkaError]:
@@ -123,14 +168,18 @@ def txn_requires_abort(exc: BaseException | KafkaError | None) -> bool:
 
 
 def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, action: str,
-              elapsed_s: Optional[float] = None, budget_ms: Optional[int] = None) -> KafkaConnectorError:
+              elapsed_s: Optional[float] = None, budget_ms: Optional[int] = None,
+              security_protocol: Optional[str] = None, client_errors: Iterable[str] = ()) -> KafkaConnectorError:
     """Turn a librdkafka error that happened while doing ``action`` on ``topic`` into our exception.
 
     ``elapsed_s``/``budget_ms`` are given when the retry budget ran out; the message then names the option to raise.
+    ``security_protocol`` (option kafka.security.protocol) and ``client_errors`` (texts a :class:`ClientErrors`
+    kept) let a broker outage say when the protocol may not match the listener.
     """
     err = kafka_error_of(exc)
     name = err.name() if err is not None else type(exc).__name__
     detail = err.str() if err is not None else str(exc)
+    hint = listener_hint(security_protocol, brokers, [detail, *client_errors])
     if err is not None and err.code() in _FENCED:
         return ProducerFencedError(
             f"the transactional producer writing {topic} was fenced while {action} ({name}: {detail}): a newer "
@@ -152,16 +201,17 @@ def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, acti
         return BrokersUnavailableError(
             f"records for {topic} could not be delivered to Kafka brokers {brokers} while {action} ({name}: "
             f"{detail}); librdkafka retried for message.timeout.ms (the sink sets it from brokerRetryTimeoutMs, "
-            f"capped by kafka.transaction.timeout.ms). Check that the brokers are reachable, or raise the option")
+            f"capped by kafka.transaction.timeout.ms). Check that the brokers are reachable, or raise the option"
+            + hint)
     if err is None or is_transient(err):
         if budget_ms is not None:
             return BrokersUnavailableError(
                 f"Kafka brokers {brokers} did not answer while {action} for {topic}: still failing after "
                 f"{elapsed_s or 0:.1f} s ({name}: {detail}). The retry budget brokerRetryTimeoutMs={budget_ms} "
                 f"was used up; check that the brokers are reachable, or raise option brokerRetryTimeoutMs to ride "
-                f"out longer outages")
+                f"out longer outages" + hint)
         return BrokersUnavailableError(f"Kafka brokers {brokers} unavailable while {action} for {topic} "
-                                       f"({name}: {detail})")
+                                       f"({name}: {detail})" + hint)
     if err.code() in _UNKNOWN_TOPIC:
         return UnknownTopicError(
             f"{topic} does not exist on Kafka brokers {brokers} ({name}) while {action}; create it, fix option "

@@ -48,24 +48,24 @@ _KEY, _VALUE, _OFFSET, _TIMESTAMP, _HEADERS, _ERROR = (Message.key, Message.valu
 
 
 # Consumers are reused across tasks within one Python worker (workers are reused and run one task at a time).
-_CONSUMERS: dict[tuple, Consumer] = {}
+_CONSUMERS: dict[tuple, tuple[Consumer, error_codes.ClientErrors]] = {}
 
 
-def _consumer(opts: KafkaOptions) -> tuple[tuple, Consumer]:
+def _consumer(opts: KafkaOptions) -> tuple[tuple, Consumer, error_codes.ClientErrors]:
     conf = opts.librdkafka_config("consumer")
     key = tuple(sorted(conf.items()))
-    c = _CONSUMERS.get(key)
-    if c is None:
-        c = Consumer(conf)
-        _CONSUMERS[key] = c
-    return key, c
+    entry = _CONSUMERS.get(key)
+    if entry is None:
+        errors = error_codes.ClientErrors()
+        entry = _CONSUMERS[key] = (Consumer({**conf, "error_cb": errors}), errors)
+    return (key, *entry)
 
 
 def _drop_consumer(key: tuple) -> None:
-    c = _CONSUMERS.pop(key, None)
-    if c is not None:
+    entry = _CONSUMERS.pop(key, None)
+    if entry is not None:
         try:
-            c.close()
+            entry[0].close()
         except Exception:  # noqa: BLE001 - best effort
             pass
 
@@ -92,8 +92,9 @@ def read_range(opts: KafkaOptions, part: KafkaInputPartition) -> Iterator[pa.Rec
     topic, partition, start, end = part.topic, part.partition, part.start, part.end
     if start >= 0 and start >= end:
         return
-    key, consumer = _consumer(opts)
-    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
+    key, consumer, errors = _consumer(opts)
+    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers,
+                         security_protocol=opts.kafka.get("security.protocol"), client_errors=lambda: errors.texts)
     where = f"topic {topic!r} partition {partition}"
     consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if start < 0 else start)])
     ok = False
@@ -215,7 +216,8 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                 break
             raise error_codes.translate(
                 last_error or error_codes.no_progress_error(), brokers=opts.bootstrap_servers, topic=where,
-                action="fetching records", elapsed_s=now - stalled_since, budget_ms=opts.broker_retry_timeout_ms)
+                action="fetching records", elapsed_s=now - stalled_since, budget_ms=opts.broker_retry_timeout_ms,
+                security_protocol=budget.security_protocol, client_errors=budget.client_errors())
     if offs:
         yield _to_batch(topic, partition, keys, values, offs, ts, tts, hdrs)
 

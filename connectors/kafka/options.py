@@ -161,11 +161,33 @@ def _per_partition(name: str, raw: str, allow_sentinels: bool) -> dict[str, dict
     return out
 
 
+#: Java ``LoginModule`` class names in ``sasl.jaas.config`` -> the ``sasl.mechanism`` librdkafka needs instead.
+_JAAS_MECHANISMS = (("PlainLoginModule", "PLAIN"), ("ScramLoginModule", "SCRAM-SHA-256 or SCRAM-SHA-512"),
+                    ("OAuthBearerLoginModule", "OAUTHBEARER"), ("Krb5LoginModule", "GSSAPI"))
+
+
+def reject_jaas_config(kafka: Mapping[str, str]) -> None:
+    """Refuse ``kafka.sasl.jaas.config`` before any client exists: librdkafka only fails on it when the first client
+    is created, inside a Spark task, with a bare ``_INVALID_ARG``. The value usually holds a password, so the
+    message shows the login module at most, never the value."""
+    jaas = kafka.get("sasl.jaas.config")
+    if jaas is None:
+        return
+    mechanism = next((m for module, m in _JAAS_MECHANISMS if module in jaas), None)
+    hint = (f"kafka.sasl.mechanism={mechanism}" if mechanism else
+            "kafka.sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or GSSAPI)")
+    raise KafkaConfigurationError(
+        "option kafka.sasl.jaas.config='<redacted>' is Java client syntax, which librdkafka (the Kafka client of "
+        f"keyedstate-kafka) does not support. Remove it and set {hint}, kafka.sasl.username and "
+        "kafka.sasl.password instead, with kafka.security.protocol=SASL_SSL (or SASL_PLAINTEXT)"
+        + ("; for OAUTHBEARER see librdkafka's sasl.oauthbearer.* properties" if mechanism == "OAUTHBEARER" else ""))
+
+
 def split_options(options: Mapping[str, str], known: set[str], forbidden: set[str], component: str,
                   example_property: str, forbidden_reason: str) -> tuple[dict[str, str], dict[str, str], str]:
     """The checks the source and the sink share: ``(options with lower-case names, the kafka.* properties without
-    the prefix and without bootstrap.servers, the bootstrap servers)``; an unknown option, a forbidden property or
-    missing bootstrap servers raise :class:`KafkaConfigurationError` naming it."""
+    the prefix and without bootstrap.servers, the bootstrap servers)``; an unknown option, a forbidden property, a Java
+    ``sasl.jaas.config`` or missing bootstrap servers raise :class:`KafkaConfigurationError` naming it."""
     opts = {str(k).lower(): str(v) for k, v in options.items()}
     kafka = {k[len("kafka."):]: v for k, v in opts.items() if k.startswith("kafka.")}
     unknown = sorted(k for k in opts if k not in known and not k.startswith("kafka."))
@@ -173,6 +195,7 @@ def split_options(options: Mapping[str, str], known: set[str], forbidden: set[st
         raise KafkaConfigurationError(
             f"unknown option(s) {', '.join(unknown)} for the keyedstate-kafka {component}; librdkafka properties must "
             f"be prefixed with 'kafka.' (e.g. kafka.{example_property})")
+    reject_jaas_config(kafka)
     bad = sorted(forbidden & set(kafka))
     if bad:
         raise KafkaConfigurationError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Iterable, Optional, TypeVar
 
 from connectors.kafka import error_codes
 
@@ -26,13 +26,20 @@ class RetryBudget:
     """Tracks how long a sequence of failures has lasted; reset by a success."""
 
     def __init__(self, budget_ms: int, backoff_ms: int, brokers: str, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, security_protocol: Optional[str] = None,
+                 client_errors: Optional[Callable[[], Iterable[str]]] = None) -> None:
         self.budget_ms = budget_ms
         self.backoff_ms = backoff_ms
         self.brokers = brokers
+        self.security_protocol = security_protocol
+        self._client_errors = client_errors  # librdkafka's texts behind the failures, for error_codes.listener_hint
         self._clock = clock
         self._sleep = sleep
         self._failing_since: float | None = None
+
+    def client_errors(self) -> list[str]:
+        """librdkafka's recent error texts of the client this budget serves (see error_codes.ClientErrors)."""
+        return list(self._client_errors()) if self._client_errors is not None else []
 
     def succeeded(self) -> None:
         if self._failing_since is not None:
@@ -49,8 +56,10 @@ class RetryBudget:
                         self.brokers, action, topic, exc, self.budget_ms)
         elapsed = now - self._failing_since
         if elapsed * 1000 >= self.budget_ms:
-            raise error_codes.translate(exc, brokers=self.brokers, topic=topic, action=action, elapsed_s=elapsed,
-                                        budget_ms=self.budget_ms) from (exc if isinstance(exc, BaseException) else None)
+            raise error_codes.translate(
+                exc, brokers=self.brokers, topic=topic, action=action, elapsed_s=elapsed, budget_ms=self.budget_ms,
+                security_protocol=self.security_protocol, client_errors=self.client_errors(),
+            ) from (exc if isinstance(exc, BaseException) else None)
         self._sleep(min(self.backoff_ms / 1000, max(0.0, self.budget_ms / 1000 - elapsed)))
 
 

@@ -163,12 +163,14 @@ def _raise_delivery_error(deliveries: DeliveryErrors, opts: KafkaSinkOptions, ca
     if deliveries.error is not None:
         err, topic = deliveries.error
         raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=f"topic {topic!r}",
-                                    action=f"writing ({deliveries.failed} records failed)") from cause
+                                    action=f"writing ({deliveries.failed} records failed)",
+                                    security_protocol=opts.kafka.get("security.protocol")) from cause
 
 
 def _write_at_least_once(opts: KafkaSinkOptions, task: SinkTask, rows: Iterator["pa.RecordBatch"], bulk: bool
                          ) -> KafkaSinkCommitMessage:
-    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
+    budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers,
+                         security_protocol=opts.kafka.get("security.protocol"))
     entry = borrow(opts, bulk)  # the worker's previous task's producer, if any (connectors/kafka/sink_producers.py)
     producer, deliveries = entry.producer, entry.deliveries
     check_topic = _topic_checker(producer, opts, budget, entry.known_topics)
@@ -210,7 +212,8 @@ class _TransactionalWrite:
         self.task = task
         self.bulk = bulk
         self.transactional_id = opts.transactional_id(task.query_id, task.partition_id)
-        self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers)
+        self.budget = RetryBudget(opts.broker_retry_timeout_ms, opts.retry_backoff_ms, opts.bootstrap_servers,
+                                  security_protocol=opts.kafka.get("security.protocol"))
         self.timeout_s = opts.request_timeout_ms / 1000
         self.where = f"topic {opts.topic!r}" if opts.topic else "the sink's topics"
         self.deliveries = DeliveryErrors()

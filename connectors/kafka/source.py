@@ -64,7 +64,9 @@ class KafkaSource(DataSource):
     :class:`connectors.kafka.sink.KafkaStreamWriter`).
 
     Source options are validated in ``schema()``, which Spark calls at ``load()``, so a bad option fails ``load()``
-    with a :class:`KafkaConfigurationError`; sink options are validated in ``streamWriter()``, at ``start()``.
+    with a :class:`KafkaConfigurationError` (inside Spark's ``AnalysisException``: this runs in a Python worker
+    Spark starts; :func:`keyedstate.errors.unwrapped` gives ours back); sink options are validated in
+    ``streamWriter()``, when the query starts, and fail it before its first batch.
     """
 
     def __init__(self, options) -> None:  # runs in a Spark-started Python worker

@@ -43,6 +43,7 @@ from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
+from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import check_watermark, keep_late_events
 from keyedstate.spark.state_backend_options import resolve_rocksdb_mode
 from keyedstate.state.rocksdb.options import RocksDBOptions
@@ -146,8 +147,9 @@ def event_time_millis(df: DataFrame, column: str, what: str) -> Column:
 def _prepare(
     df: DataFrame, key_columns: Sequence[str], event_time_column: Optional[str], time_mode: str,
     num_key_groups: Optional[int], drop_late_events: bool = False, key_group_layout: str = BALANCED,
-) -> tuple[DataFrame, list[str], str, Optional[str]]:
-    """Add the internal columns; returns (frame, value columns, grouping column, event-time-ms column)."""
+) -> tuple[DataFrame, list[str], str, Optional[str], tuple[str, ...]]:
+    """Add the internal columns; returns (frame, value columns, grouping column, event-time-ms column, the value
+    columns sent as microseconds (:mod:`keyedstate.spark.timestamps`))."""
     _check_key_columns(df, key_columns)
     value_columns = list(df.columns)
     if not drop_late_events:
@@ -166,9 +168,14 @@ def _prepare(
             "df.withWatermark(column, '10 seconds')); use time_mode='processing_time' for streams without event time"
         )
     if num_key_groups is None:
-        return df, value_columns, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN, time_ms_column
+        # Spark groups by the key columns themselves here: their type is in the checkpoint's state schema
+        encode = [c for c in value_columns if c not in key_columns]
+        df, micros = send_timestamps_as_micros(df, encode, key_columns, "keyed_process")
+        return df, value_columns, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN, time_ms_column, micros
     prepared = add_key_group_column(df, key_columns, num_key_groups, key_group_layout=key_group_layout)
-    return prepared, value_columns, KEY_GROUP_COLUMN, time_ms_column
+    # after the key groups: they hash the keys' Spark values, as bootstrap_keyed_state does
+    prepared, micros = send_timestamps_as_micros(prepared, value_columns, key_columns, "keyed_process")
+    return prepared, value_columns, KEY_GROUP_COLUMN, time_ms_column, micros
 
 
 def apply_in_pandas_with_state_args(
@@ -206,11 +213,12 @@ def apply_in_pandas_with_state_args(
         )
     layout = output_layout(output_schema, side_outputs, emit_metrics, processing_time_poll_interval_ms,
                            num_key_groups, key_group_layout)
-    prepared, value_columns, grouping_column, time_ms_column = _prepare(
+    prepared, value_columns, grouping_column, time_ms_column, micros_columns = _prepare(
         df, key_columns, event_time_column, time_mode, num_key_groups, drop_late_events, key_group_layout
     )
     return group_call(
         df, prepared, function, layout, key_columns=key_columns, value_columns=value_columns,
+        micros_columns=micros_columns,
         grouping_column=grouping_column, time_ms_column=time_ms_column, time_mode=time_mode,
         num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
@@ -244,7 +252,7 @@ def group_call(
     state_backend: str, state_storage: Optional[str], state_local_dir: Optional[str], uid: Optional[str],
     rocksdb_options: Optional[RocksDBOptions], snapshot_policy: Optional[SnapshotPolicy],
     state_storage_options: Optional[Mapping[str, Any]] = None, inputs: Any = None,
-    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
+    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None, micros_columns: Sequence[str] = (),
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """The prepared frame, grouping columns and ``applyInPandasWithState`` arguments for ``prepared`` (the input
     ``df`` with keyedstate's internal columns); ``inputs`` describes a two-input frame (see
@@ -271,6 +279,7 @@ def group_call(
         key_columns=tuple(key_columns),
         key_types=key_types,
         value_columns=tuple(value_columns),
+        micros_columns=tuple(micros_columns),
         key_group_column=grouping_column,
         event_time_ms_column=time_ms_column,
         time_mode=time_mode,
@@ -321,7 +330,8 @@ def keyed_process(
 
     * ``process_element(value, ctx)`` gets each input row as a ``pyspark.sql.Row`` of ``df``'s columns
       (``value.user``, ``value["user"]``, ``value[0]``, ``asDict()``; timestamp columns hold ``datetime.datetime``
-      as in ``collect()``'s Rows); ``ctx.get_current_key()`` is the key column's value (a tuple for several key
+      as in ``collect()``'s Rows, in the session time zone, for every year Spark allows, 9999 included);
+      ``ctx.get_current_key()`` is the key column's value (a tuple for several key
       columns). A call processes its keys one after another, each key's elements in event-time order.
     * ``event_time_column`` (timestamp) gives ``ctx.timestamp()``; with ``time_mode="event_time"`` (default) the
       watermark is Spark's (``df.withWatermark(...)`` upstream is required) and event-time timers are mirrored into
@@ -336,7 +346,8 @@ def keyed_process(
       of checkpoints written by keyedstate before the balanced layout existed).
     * Late elements (event time older than the watermark) reach ``process_element`` as in Flink, where
       ``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart; ``drop_late_events=True``
-      lets Spark drop them before the function instead.
+      lets Spark drop them before the function instead (its late-row filter then needs the event-time column as
+      a pandas timestamp: a value after 2262-04-11 or before 1677-09-21 fails the batch naming column and key).
     * ``emit_metrics=True`` adds the side output ``keyedstate_metrics`` (:data:`METRICS_SCHEMA_DDL`): one row per
       key-group call with elements processed, timers fired, keys holding state, pending timers and the row's bytes;
       ``side_output(stream, "keyedstate_metrics")`` selects it (sum per batch in ``foreachBatch``).
@@ -358,8 +369,10 @@ def keyed_process(
       (``endpoint_url``, ``access_key``, ``secret_key``, ``region``, any ``pyarrow.fs.S3FileSystem`` argument);
       see docs/operations.md. ``state_local_dir`` is where executors keep their
       local databases (default: ``$KEYEDSTATE_LOCAL_DIR``, else Spark's local dir, else the temp dir). ``uid``
-      names the operator's state directories (default: the function's class name): give two keyed_process of the
-      same function class in one query different uids. ``rocksdb_options`` tunes RocksDB
+      names the operator's state directories (default: the function's class ``__qualname__`` without ``<>``; a
+      class whose name breaks the uid rule, such as ``_make.<locals>.Count``, gets a valid one derived from it):
+      give two keyed_process of the same function class in one query different uids. A uid is 1-200 letters,
+      digits, ``.``, ``_`` or ``-``, the first a letter or digit. ``rocksdb_options`` tunes RocksDB
       (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` (:class:`keyedstate.spark.SnapshotPolicy`) says
       when a new base snapshot replaces changelogs.
     * ``state_storage`` in row mode (``"heap"``) holds only the record of the settings the committed state depends

@@ -42,6 +42,7 @@ from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.spark.key_group_layout import BALANCED
 from keyedstate.state.key_groups.store import HEAP
 from keyedstate.spark.group_elements import column_values, rows_builder
+from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import (
     LATE_EVENTS_ANCHOR_COLUMN,
     check_watermark,
@@ -243,8 +244,12 @@ def keyed_co_process(
                             for i, fields in enumerate(value_fields)),
         field_names=tuple(tuple(f.name for f in fields) for fields in value_fields),  # type: ignore[misc]
     )
+    # Spark groups by the key columns themselves without key groups: their type is in the checkpoint's state schema
+    sent = [c for names in columns.frame_columns for c in names] + (key_names if num_key_groups is not None else [])
+    prepared, micros_columns = send_timestamps_as_micros(prepared, sent, key_names, "keyed_co_process")
     prepared, grouping, args = group_call(
         first, prepared, function, layout, key_columns=key_names, value_columns=(), grouping_column=grouping_column,
+        micros_columns=micros_columns,
         time_ms_column=None if event_time_columns is None else EVENT_TIME_MS_COLUMN, time_mode=time_mode,
         num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
         emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,

@@ -8,8 +8,10 @@ with ``tuple.__new__`` over zipped columns, costs ~0.1 us and is still a ``Row``
 ``isinstance(value, Row)``, ``value.user``, ``value["user"]``, ``value[0]``, slices, ``asDict()``, ``in`` (field
 names), equality with tuples and other Rows, ``repr`` (``Row(user='a', ...)``) and pickling (to a plain ``Row``).
 
-Timestamp columns: Spark hands pandas tz-naive ``datetime64[ns]`` columns; they become ``datetime.datetime`` s
-(what ``DataFrame.collect()`` Rows hold, and microsecond precision like Spark's TIMESTAMP), nulls become ``None``.
+Timestamp columns: Spark hands pandas tz-naive ``datetime64[ns]`` columns, or (value columns of ``keyed_process``,
+see :mod:`keyedstate.spark.timestamps`) int64 microseconds that :func:`decode_micros_columns` turns into
+``datetime64[us]``; they become ``datetime.datetime`` s (what ``DataFrame.collect()`` Rows hold, and microsecond
+precision like Spark's TIMESTAMP), nulls become ``None``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from pyspark.sql import Row
 
 from keyedstate.fastpath import fastpath
 
-__all__ = ["row_factory", "rows_builder", "column_values", "key_codes", "group_order", "first_null"]
+__all__ = ["row_factory", "rows_builder", "column_values", "key_codes", "group_order", "first_null",
+           "decode_micros_columns"]
 
 
 def row_factory(names: Sequence[str]) -> Callable[[tuple[Any, ...]], Row]:
@@ -64,6 +67,13 @@ def column_values(series: pd.Series, order: np.ndarray) -> list[Any]:
         if dtype.kind in "biufO":
             return array[order].tolist()
     return series.take(order).tolist()
+
+
+def decode_micros_columns(batch: pd.DataFrame, columns: Sequence[str]) -> None:
+    """Turn ``batch``'s int64 wall-clock microsecond ``columns`` into ``datetime64[us]`` in place: the unit covers
+    years 1-9999, and the encoding's null (int64's minimum) is numpy's NaT."""
+    for column in columns:
+        batch[column] = batch[column].to_numpy().astype("int64", copy=False).view("datetime64[us]")
 
 
 def _codes(series: pd.Series) -> np.ndarray:

@@ -36,7 +36,14 @@ from keyedstate.spark.query_settings import QuerySettings, check_restart_setting
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.shipping import ShippedFunction
-from keyedstate.spark.group_elements import column_values, first_null, group_order, key_codes, rows_builder
+from keyedstate.spark.group_elements import (
+    column_values,
+    decode_micros_columns,
+    first_null,
+    group_order,
+    key_codes,
+    rows_builder,
+)
 from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.base.layout import key_group_prefix
@@ -82,6 +89,7 @@ class GroupFunctionSpec:
     snapshot_policy: Any = None
     inputs: Any = None  # two inputs: a keyedstate.spark.co_process.TwoInputColumns (value_columns is then unused)
     initial_state: Any = None  # keyedstate.state.key_groups.initial_state.InitialState: what key groups start from
+    micros_columns: tuple[str, ...] = ()  # timestamp columns sent as microseconds (keyedstate.spark.timestamps)
     key_types: tuple[str, ...] = ()  # the key columns' Spark types (simpleString), in order
 
     def restart_settings(self) -> QuerySettings:
@@ -231,6 +239,7 @@ class _GroupRuntime:
 
     def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
         spec = self.spec
+        decode_micros_columns(batch, spec.micros_columns)
         key_columns = list(spec.key_columns)
         key_series = [batch[c] for c in key_columns]
         codes, null = key_codes(key_series)

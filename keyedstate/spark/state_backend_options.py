@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 from typing import Any, Mapping, Optional
 
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
@@ -13,11 +15,47 @@ from keyedstate.redaction import redact_uri
 from keyedstate.state.key_groups.store import HEAP, ROCKSDB, STATE_BACKENDS
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
-__all__ = ["resolve_rocksdb_mode"]
+__all__ = ["resolve_rocksdb_mode", "default_uid", "UID_RULE"]
+
+#: CheckpointStorage.check_scope's rule, in words.
+UID_RULE = ("a uid is 1-200 characters: letters, digits, '.', '_' or '-', and the first one a letter or digit")
+_UID_MAX = 200
+_DISALLOWED = re.compile(r"[^A-Za-z0-9._-]")
+_LEADING = re.compile(r"^[^A-Za-z0-9]+")
 
 logger = logging.getLogger("keyedstate.spark")
 
 _DEFAULT_RETAIN_BATCHES = 100  # Spark's default spark.sql.streaming.minBatchesToRetain
+
+
+def _valid_uid(uid: Any) -> bool:
+    try:
+        CheckpointStorage.check_scope(uid)  # the same rule: a uid names a directory in the storage
+    except ConfigurationError:
+        return False
+    return True
+
+
+def _repair(name: str) -> str:
+    """``name`` turned into a valid uid: disallowed characters become '_', each dot-separated part loses its
+    leading non-alphanumerics (``_make``, ``<locals>``), empty parts go."""
+    parts = [_LEADING.sub("", _DISALLOWED.sub("_", part)) for part in name.split(".")]
+    return ".".join(part for part in parts if part)[:_UID_MAX] or "operator"
+
+
+def default_uid(qualname: str) -> str:
+    """The uid of a function class when none is given: its ``__qualname__`` without ``<``/``>``.
+
+    Names that are valid uids that way keep exactly that uid, because it names the state directory of every
+    existing RocksDB-mode checkpoint. Only names that used to be refused (a class defined in ``_make()`` is
+    ``_make.<locals>.Count``, a class name may hold non-ASCII letters) are repaired; the repair is lossy, so a
+    hash of the full qualname, stable across processes unlike ``hash()``, keeps two such classes apart.
+    """
+    legacy = qualname.replace("<", "").replace(">", "")
+    if _valid_uid(legacy):
+        return legacy
+    digest = hashlib.sha256(qualname.encode("utf-8")).hexdigest()[:8]
+    return f"{_repair(legacy)[:_UID_MAX - 9]}-{digest}"
 
 
 def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_storage: Optional[str],
@@ -43,14 +81,12 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
         raise ConfigurationError(f"snapshot_policy must be a keyedstate.spark.SnapshotPolicy, got "
                                  f"{type(snapshot_policy).__qualname__}")
     if uid is None:
-        # Names that satisfy the rule are used as they are (state already lives under them); others, such as a
-        # class defined in `def _make():`, lose what the rule refuses.
-        uid = type(function).__qualname__.replace("<", "").replace(">", "").lstrip("._-") or "keyed_process"
-    try:
-        CheckpointStorage.check_scope(uid)  # the same rule: it names a directory in the storage
-    except ConfigurationError:
-        raise ConfigurationError(f"uid must be 1-200 letters, digits, '.', '_' or '-' (it names a directory), got "
-                                 f"{uid!r}") from None
+        uid = default_uid(type(function).__qualname__)
+    elif not _valid_uid(uid):
+        suggestion = _repair(uid) if isinstance(uid, str) and uid else "my-operator"
+        raise ConfigurationError(
+            f"uid={uid!r} is not valid: {UID_RULE} (it names a directory in state_storage); e.g. "
+            f"uid={suggestion!r}")
     conf = df.sparkSession.conf
     if state_storage is None:
         master = str(conf.get("spark.master", "local"))

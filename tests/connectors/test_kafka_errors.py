@@ -113,3 +113,66 @@ def _all():
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
     return ReadAllAvailable()
+
+
+@pytest.mark.parametrize("protocol, evidence", [
+    ("SASL_PLAINTEXT", "Request not valid in current SASL state"),
+    ("SSL", "connecting to a PLAINTEXT broker listener?"),
+])
+def test_a_security_protocol_the_listener_does_not_speak_is_named_as_the_likely_cause(kafka_broker, protocol,
+                                                                                       evidence):
+    bs = kafka_broker.bootstrap  # the fixture's listener is PLAINTEXT
+    sasl = {"kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "u", "kafka.sasl.password": "p"}
+    r = reader(bs, subscribe="t", brokerRetryTimeoutMs="1500", requestTimeoutMs="500", retryBackoffMs="200",
+               **{"kafka.security.protocol": protocol, **(sasl if protocol.startswith("SASL") else {})})
+    with pytest.raises(BrokersUnavailableError) as e:
+        r.initialOffset()
+    msg = str(e.value)
+    assert "brokerRetryTimeoutMs=1500" in msg
+    assert f"The listener at {bs} refused kafka.security.protocol={protocol} and looks like a PLAINTEXT listener" in msg
+    assert evidence in msg and "set kafka.security.protocol to the protocol of the listener" in msg
+    assert "kafka.sasl.password" not in msg and "'p'" not in msg
+
+
+def test_the_fetch_of_an_executor_names_the_protocol_mismatch_too(kafka_broker):
+    bs = kafka_broker.bootstrap
+    opts = parse_options({"kafka.bootstrap.servers": bs, "subscribe": "t", "commitOffsets": "false",
+                          "brokerRetryTimeoutMs": "1500", "retryBackoffMs": "200",
+                          "kafka.security.protocol": "SSL"})
+    with pytest.raises(BrokersUnavailableError) as e:
+        list(read_range(opts, KafkaInputPartition("t", 0, 0, 10)))
+    msg = str(e.value)
+    assert "brokerRetryTimeoutMs=1500" in msg and "connecting to a PLAINTEXT broker listener?" in msg
+    assert f"The listener at {bs} refused kafka.security.protocol=SSL and looks like a PLAINTEXT listener" in msg
+
+
+def test_protocol_hints_follow_librdkafkas_words_and_stay_quiet_for_a_plain_outage():
+    from connectors.kafka.error_codes import listener_hint
+
+    # what librdkafka reports when a PLAINTEXT client reaches an SSL listener (rdkafka_broker.c)
+    apiversion = ("Disconnected while requesting ApiVersion: might be caused by incorrect security.protocol "
+                  "configuration (connecting to a SSL listener?) or broker version is < 0.10")
+    hint = listener_hint(None, "b:9093", ["1/1 brokers are down", apiversion])
+    assert "as an SSL or SASL listener does" in hint and "set kafka.security.protocol (SSL, SASL_SSL" in hint
+    assert listener_hint("PLAINTEXT", "b:9092", ["Connection refused"]) == ""
+    unproven = listener_hint("sasl_ssl", "b:9092", ["Connection refused"])
+    assert "kafka.security.protocol=SASL_SSL may not match the listener at b:9092" in unproven
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
+def test_a_sink_task_names_a_possible_protocol_mismatch(kafka_broker, guarantee):
+    import pyarrow as pa
+
+    from connectors.kafka.sink_options import parse_sink_options
+    from connectors.kafka.sink_writer import SinkTask, write_task
+
+    bs = kafka_broker.bootstrap
+    opts = parse_sink_options({
+        "kafka.bootstrap.servers": bs, "topic": "t", "deliveryGuarantee": guarantee, "brokerRetryTimeoutMs": "1500",
+        "requestTimeoutMs": "500", "retryBackoffMs": "200", "kafka.security.protocol": "SASL_PLAINTEXT",
+        "kafka.sasl.mechanism": "PLAIN", "kafka.sasl.username": "u", "kafka.sasl.password": "p",
+        **({"transactionalIdPrefix": unique("txn")} if guarantee == "exactly_once" else {})})
+    rows = iter([pa.record_batch({"value": pa.array(["a"], pa.string())})])
+    with pytest.raises(BrokersUnavailableError) as e:
+        write_task(opts, rows, SinkTask("q", batch_id=0, partition_id=0))
+    assert f"kafka.security.protocol=SASL_PLAINTEXT may not match the listener at {bs}" in str(e.value)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 
 from connectors.kafka import KafkaConfigurationError, MissingGroupIdError, parse_options
+from connectors.kafka.sink_options import parse_sink_options
 from keyedstate.errors import ConfigurationError, KeyedStateError
 
 BASE = {"kafka.bootstrap.servers": "b1:9092,b2:9092", "subscribe": "t", "group.id": "g"}
+SINK_BASE = {"kafka.bootstrap.servers": "b1:9092", "topic": "out", "transactionalIdPrefix": "p"}
 
 
 def test_defaults_follow_spark_and_kafka():
@@ -86,3 +88,28 @@ def test_assign_and_pattern():
     assert o.assign == {"t": (0, 2)} and o.subscribe is None
     o = parse_options({"kafka.bootstrap.servers": "b:1", "subscribePattern": "ev-.*", "commitOffsets": "false"})
     assert o.subscribe_pattern == "ev-.*"
+
+
+JAAS = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="alice" '
+        'password="s3cr3t-pw";')
+
+
+@pytest.mark.parametrize("parse, base", [(parse_options, BASE), (parse_sink_options, SINK_BASE)],
+                         ids=["source", "sink"])
+def test_a_java_jaas_config_is_refused_up_front_with_librdkafka_properties_to_use_and_no_secret(parse, base):
+    with pytest.raises(KafkaConfigurationError) as e:
+        parse({**base, "kafka.security.protocol": "SASL_SSL", "KAFKA.SASL.JAAS.CONFIG": JAAS})
+    msg = str(e.value)
+    assert "kafka.sasl.jaas.config='<redacted>'" in msg
+    assert "kafka.sasl.mechanism=SCRAM-SHA-256 or SCRAM-SHA-512" in msg
+    assert "kafka.sasl.username" in msg and "kafka.sasl.password" in msg
+    assert "s3cr3t-pw" not in msg and "alice" not in msg
+
+
+def test_source_and_sink_refuse_a_jaas_config_with_the_same_message():
+    plain = 'org.apache.kafka.common.security.plain.PlainLoginModule required username="u" password="p";'
+    with pytest.raises(KafkaConfigurationError) as source:
+        parse_options({**BASE, "kafka.sasl.jaas.config": plain})
+    with pytest.raises(KafkaConfigurationError) as sink:
+        parse_sink_options({**SINK_BASE, "kafka.sasl.jaas.config": plain})
+    assert str(source.value) == str(sink.value) and "kafka.sasl.mechanism=PLAIN," in str(sink.value)

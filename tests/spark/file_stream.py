@@ -81,6 +81,19 @@ def start_query(spark, base: Path, function, *, schema: str, key_columns: list[s
     return writer.start()
 
 
+def failure_message(query) -> str:
+    """Run ``query`` until it fails (it must), stop it, and return Spark's message of the failure."""
+    import pytest
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        with pytest.raises(StreamingQueryException) as failure:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    return str(failure.value)
+
+
 def replay_in_harness(function, key_selector: Callable[[Any], Any], batches: list[SparkBatch],
                       inputs: list[list[dict]], *, to_value: Callable[[dict], Any],
                       timestamp_of: Optional[Callable[[dict], int]] = None, key_of: Callable[[dict], Any]) -> list:

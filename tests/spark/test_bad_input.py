@@ -6,12 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark import keyed_process
-from tests.spark.file_stream import start_query, write_input
+from tests.spark.file_stream import failure_message, start_query, write_input
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -38,14 +37,9 @@ class Count(KeyedProcessFunction):
 
 def run_until_failure(spark, tmp_path, function, rows, name, input_index: int = 0, **kwargs: Any) -> str:
     write_input(tmp_path / "in", input_index, rows)
-    query = start_query(spark, tmp_path, function, schema=SCHEMA, key_columns=["user"],
-                        output_schema="user STRING, count BIGINT", query_name=name, sink_path=tmp_path / "out", **kwargs)
-    try:
-        with pytest.raises(StreamingQueryException) as failure:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    return str(failure.value)
+    return failure_message(start_query(spark, tmp_path, function, schema=SCHEMA, key_columns=["user"],
+                                       output_schema="user STRING, count BIGINT", query_name=name,
+                                       sink_path=tmp_path / "out", **kwargs))
 
 
 def test_a_null_key_names_the_key_group_and_batch(spark, tmp_path, state_backend):
@@ -143,7 +137,7 @@ def test_rocksdb_only_options_and_bad_values_are_refused_before_the_query_starts
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="disk")
     with pytest.raises(ConfigurationError, match="state_local_dir only apply with state_backend='rocksdb'"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_local_dir=str(tmp_path))
-    with pytest.raises(ConfigurationError, match="uid must be"):
+    with pytest.raises(ConfigurationError, match="uid=.a/b. is not valid"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="rocksdb",
                       state_storage=str(tmp_path / "s"), uid="a/b")
     with pytest.raises(ConfigurationError, match="state_storage 'nosuchscheme://x' is not usable"):
