@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 from connectors.kafka.errors import KafkaConfigurationError, MissingGroupIdError
+from keyedstate.redaction import REDACTED
 
 __all__ = ["KafkaOptions", "StartingOffsets", "parse_options", "bool_option", "int_option"]
 
@@ -177,7 +178,7 @@ def reject_jaas_config(kafka: Mapping[str, str]) -> None:
     hint = (f"kafka.sasl.mechanism={mechanism}" if mechanism else
             "kafka.sasl.mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or GSSAPI)")
     raise KafkaConfigurationError(
-        "option kafka.sasl.jaas.config='<redacted>' is Java client syntax, which librdkafka (the Kafka client of "
+        f"option kafka.sasl.jaas.config={REDACTED!r} is Java client syntax, which librdkafka (the Kafka client of "
         f"keyedstate-kafka) does not support. Remove it and set {hint}, kafka.sasl.username and "
         "kafka.sasl.password instead, with kafka.security.protocol=SASL_SSL (or SASL_PLAINTEXT)"
         + ("; for OAUTHBEARER see librdkafka's sasl.oauthbearer.* properties" if mechanism == "OAUTHBEARER" else ""))
