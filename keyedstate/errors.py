@@ -26,6 +26,8 @@ __all__ = [
     "StorageUnavailableError",
     "StateVersionNotRetainedError",
     "StateStorageConflictError",
+    "NoSpaceLeftError",
+    "CleanupRefusedError",
     "InvalidTimestampError",
     "UserFunctionError",
     "InvalidOutputError",
@@ -109,6 +111,15 @@ class StorageUnavailableError(SnapshotError):
 
 class StateStorageConflictError(ConfigurationError):
     """A query's state storage is (or was) written by another query, operator or location."""
+
+
+class NoSpaceLeftError(SnapshotError):
+    """A state file could not be written because its device is full (``state_storage`` or ``state_local_dir``)."""
+
+
+class CleanupRefusedError(KeyedStateError):
+    """:func:`keyedstate.cleanup.clean_up_query` refused to delete what a running query, or a restart of its
+    checkpoint, still needs."""
 
 
 class InvalidTimestampError(KeyedStateError, ValueError):
