@@ -56,7 +56,9 @@ class CheckpointStorage:
     unreachable (exponential backoff); after that it fails with :class:`SnapshotError` naming the location."""
 
     def __init__(self, location: str | os.PathLike[str], *, filesystem: Optional[pafs.FileSystem] = None,
-                 options: Optional[Mapping[str, Any] | StorageOptions] = None) -> None:
+                 options: Optional[Mapping[str, Any] | StorageOptions] = None, create: bool = True) -> None:
+        """``create=False``: leave a missing root missing (tools that only read or delete, such as the clean-up,
+        must not create a directory a mistyped location names)."""
         self.options = StorageOptions.parse(options)
         location = os.fspath(location)
         if filesystem is not None:
@@ -70,7 +72,8 @@ class CheckpointStorage:
                 raise ConfigurationError(f"checkpoint location {location!r} is not usable: {error}") from error
         self.location = location
         self._directories = has_directories(self.filesystem)
-        self._io(lambda: self.filesystem.create_dir(self.root, recursive=True), "create the storage root")
+        if create:
+            self._io(lambda: self.filesystem.create_dir(self.root, recursive=True), "create the storage root")
 
     def __repr__(self) -> str:
         return f"CheckpointStorage({self.location!r})"
@@ -86,7 +89,7 @@ class CheckpointStorage:
         return scope
 
     def _full(self, relative: str) -> str:
-        return f"{self.root}/{relative}"
+        return f"{self.root}/{relative}" if relative else self.root
 
     def _io(self, action: Callable[[], _T], what: str) -> _T:
         try:
@@ -240,8 +243,7 @@ class CheckpointStorage:
 
     def list_files(self, relative_dir: str = "") -> list[str]:
         """Every file below ``relative_dir`` (relative paths), for tests and tooling."""
-        base = self._full(relative_dir) if relative_dir else self.root
-        infos = self._list(base, recursive=True)
+        infos = self._list(self._full(relative_dir), recursive=True)
         return sorted(info.path[len(self.root) + 1:] for info in infos if info.type == pafs.FileType.File)
 
     def _remove_dir(self, relative: str) -> None:
@@ -291,8 +293,19 @@ class CheckpointStorage:
         return [(info.base_name, info.type == pafs.FileType.Directory,
                  info.mtime.timestamp() if info.mtime is not None else None) for info in infos]
 
+    def exists(self, relative: str = "") -> bool:
+        """Whether a file or directory is at ``relative`` ("": the root)."""
+        return self._info(relative).type != pafs.FileType.NotFound
+
+    def sizes(self, relative_dir: str = "") -> tuple[int, int]:
+        """(number of files, total bytes) below ``relative_dir``."""
+        infos = [info for info in self._list(self._full(relative_dir), recursive=True)
+                 if info.type == pafs.FileType.File]
+        return len(infos), sum(info.size or 0 for info in infos)
+
     def delete_tree(self, relative: str) -> list[str]:
-        """Delete a file or a directory with everything below it; returns the deleted paths (missing: none)."""
+        """Delete a file or a directory with everything below it ("": the root itself); returns the deleted paths
+        (missing: none)."""
         info = self._info(relative)
         deleted: list[str] = []
         if info.type == pafs.FileType.Directory:
