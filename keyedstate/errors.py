@@ -118,8 +118,9 @@ class NoSpaceLeftError(SnapshotError):
 
 
 class CleanupRefusedError(KeyedStateError):
-    """:func:`keyedstate.cleanup.clean_up_query` refused to delete what a running query, or a restart of its
-    checkpoint, still needs."""
+    """The clean-up after a query refused: the query may still run, or its checkpoint still needs the state.
+
+    Raised by :func:`keyedstate.cleanup.clean_up_query` unless ``force=True``."""
 
 
 class InvalidTimestampError(KeyedStateError, ValueError):
