@@ -12,8 +12,10 @@ refuses unless ``force``:
   (``offsets/``, ``commits/``) or a RocksDB-mode run registered (``_writers/`` in the state storage) less than
   ``idle_seconds`` ago, or when a progress-marker group has members. A query that runs but has had no batch for
   ``idle_seconds`` cannot be told from a stopped one: stop queries before cleaning up after them.
-* *The checkpoint still needs the state.* While the checkpoint holds state rows (``state/``) and the state storage
-  holds the query's directory, a restart of the checkpoint would look for those files. Pass
+* *The checkpoint still needs them.* While the checkpoint holds state rows (``state/``) and the state storage
+  holds the query's directory, a restart of the checkpoint would look for those files (the rows are not decoded:
+  rows naming another storage count too); while it has a batch log, a restart's replayed batch needs the sink's
+  progress markers to stay exactly-once. Pass
   ``delete_checkpoint=True`` to remove the checkpoint too (it goes last, so a clean-up that fails half-way can be run
   again: the checkpoint names the query id).
 """
@@ -37,7 +39,7 @@ from keyedstate.cleanup.report import (
     CleanupReport,
 )
 from keyedstate.cleanup.spark_checkpoint import SparkCheckpoint, arrow_uri
-from keyedstate.errors import CleanupRefusedError, ConfigurationError, SnapshotError
+from keyedstate.errors import CleanupRefusedError, ConfigurationError, SnapshotError, StateBackendError
 
 __all__ = ["clean_up_query", "DEFAULT_IDLE_SECONDS"]
 
@@ -100,11 +102,8 @@ def clean_up_query(checkpoint_location: str | os.PathLike[str], *, state_storage
         items.append(CleanupItem(CHECKPOINT, location, files, size))
 
     refusals = _running(query_id, activity, idle_seconds, groups)
-    if storage_item is not None and not delete_checkpoint and checkpoint.holds_state():
-        refusals.append(
-            f"the checkpoint {location} still holds state rows, which name the files in {storage_item.location}: "
-            f"restarting it would need them. Delete the checkpoint first, or pass delete_checkpoint=True "
-            f"(--delete-checkpoint) to remove it last")
+    if not delete_checkpoint:
+        refusals += _needed_by_a_restart(checkpoint, storage_item, groups, last_batch is not None)
     report = CleanupReport(query_id, location, dry_run, tuple(items), tuple(refusals), tuple(notes))
     if dry_run:
         return report
@@ -119,7 +118,11 @@ def clean_up_query(checkpoint_location: str | os.PathLike[str], *, state_storage
     if storage is not None and storage_item is not None:
         _delete_storage(storage, query_id, storage_item.location)
     if local_path is not None:
-        shutil.rmtree(local_path)
+        try:
+            shutil.rmtree(local_path)
+        except OSError as error:
+            raise StateBackendError(f"cannot delete the local databases {local_path}: {error}; delete the directory "
+                                    f"by hand") from error
     if delete_checkpoint:
         checkpoint.delete()
         if checkpoint.exists() and checkpoint.storage.list_files():
@@ -179,6 +182,22 @@ def _progress_groups(bootstrap_servers: Optional[str], query_id: str, prefix: Op
     if not groups:
         notes.append(f"no progress-marker consumer group of query {query_id} on {bootstrap_servers}")
     return groups
+
+
+def _needed_by_a_restart(checkpoint: SparkCheckpoint, storage_item: Optional[CleanupItem], groups: list[Any],
+                         has_batches: bool) -> list[str]:
+    """Why a restart of the kept checkpoint would need what is to be removed. The state rows are not decoded: rows
+    naming another state_storage are refused all the same (force overrides)."""
+    reasons = []
+    fix = "Delete the checkpoint first, or pass delete_checkpoint=True (--delete-checkpoint) to remove it last"
+    if storage_item is not None and checkpoint.holds_state():
+        reasons.append(f"the checkpoint {checkpoint.location} still holds state rows, which name the files in "
+                       f"{storage_item.location}: restarting it would need them. {fix}")
+    if groups and has_batches:
+        reasons.append(f"the checkpoint {checkpoint.location} still has its batch log: restarting it would need the "
+                       f"sink's progress-marker groups, without which a replayed batch is written to Kafka twice. "
+                       f"{fix}")
+    return reasons
 
 
 def _running(query_id: str, activity: list[tuple[float, str]], idle_seconds: float, groups: list[Any]) -> list[str]:

@@ -104,6 +104,7 @@ def test_a_stopped_rocksdb_query_with_an_exactly_once_sink_is_cleaned_up_complet
     assert [item.location for item in report.of_kind("consumer group")] == groups
     assert [item.location for item in report.of_kind("local databases")] == [str(local / query_id)]
     assert any("still holds state rows" in reason for reason in report.refusals)
+    assert any("would need the sink's progress-marker groups" in reason for reason in report.refusals)
     assert _objects_below(s3, f"jobs/state/{query_id}") and find_progress_groups(bs, query_id)
 
     dry = _cli(*cli, "--dry-run")
