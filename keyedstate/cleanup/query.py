@@ -76,8 +76,8 @@ def clean_up_query(checkpoint_location: str | os.PathLike[str], *, state_storage
     With ``dry_run`` (the default) nothing is removed and the report lists what would be, with sizes, and why a real
     run would refuse. A real run raises :class:`~keyedstate.errors.CleanupRefusedError` while the query may be
     running (an active query in this process, a batch or a run registration less than ``idle_seconds`` old, a
-    progress group with members) or while the kept checkpoint still holds state that names the state storage;
-    ``force=True`` removes anyway.
+    progress group with members) or while a restart of the kept checkpoint would need what is to be removed (its
+    state rows name the state files; its batch log needs the progress groups); ``force=True`` removes anyway.
     """
     if isinstance(idle_seconds, bool) or not isinstance(idle_seconds, (int, float)) or idle_seconds < 0:
         raise ConfigurationError(f"idle_seconds must be a number >= 0, got {idle_seconds!r}")
