@@ -15,6 +15,9 @@ from keyedstate.errors import CleanupRefusedError, KeyedStateError
 
 __all__ = ["register", "run"]
 
+# state_storage_options that are numbers; every other option (a key, a region, an endpoint) is text
+_NUMERIC_STORAGE_OPTIONS = frozenset({"retry_seconds", "connect_timeout", "request_timeout"})
+
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
@@ -82,15 +85,12 @@ def _pairs(values: list[str], flag: str, numbers: bool = True) -> dict[str, Any]
         if not sep or not key:
             print(f"keyedstate cleanup: {flag} takes KEY=VALUE, got {value!r}", file=sys.stderr)
             raise SystemExit(EXIT_USAGE)
-        pairs[key] = _number(text) if numbers else text
+        pairs[key] = _number(text) if numbers and key in _NUMERIC_STORAGE_OPTIONS else text
     return pairs
 
 
 def _number(text: str) -> Any:
-    """Storage options such as retry_seconds are numbers; everything else stays text."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    try:
+        return float(text)
+    except ValueError:
+        return text  # the storage options' own check names the option and the value

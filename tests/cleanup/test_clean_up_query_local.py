@@ -94,7 +94,7 @@ def test_the_command_line_lists_removes_and_reports_refusals_with_exit_statuses(
     query = _stopped_query(tmp_path)
     common = [str(query["checkpoint"]), "--state-storage", query["state_storage"], "--state-local-dir",
               query["state_local_dir"]]
-    listed = _cli(*common, "--dry-run")
+    listed = _cli(*common, "--dry-run", "--state-storage-option", "retry_seconds=5")
     assert listed.returncode == 0, listed.stderr
     assert f"query {QUERY_ID}" in listed.stdout and "would remove" in listed.stdout
     assert f"state storage    {query['state_storage']}/{QUERY_ID} (2 files, 1002 B)" in listed.stdout
