@@ -109,3 +109,20 @@ def test_the_command_line_lists_removes_and_reports_refusals_with_exit_statuses(
     assert missing.returncode == 1 and "ConfigurationError" in missing.stderr
     bad = _cli(*common, "--state-storage-option", "retry_seconds")
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+
+
+@pytest.mark.slow
+def test_a_checkpoint_given_as_a_hadoop_s3a_uri_is_read_and_deleted_on_s3(s3, tmp_path):
+    from keyedstate.checkpoint import CheckpointStorage
+
+    options = s3.storage_options()
+    checkpoint = CheckpointStorage(f"s3://{s3.bucket}/jobs/checkpoint", options=options)
+    checkpoint.write_bytes("metadata", json.dumps({"id": QUERY_ID}).encode(), "metadata")
+    checkpoint.write_bytes("commits/0", b"v1\n{}\n", "0")
+    state = CheckpointStorage(f"s3://{s3.bucket}/jobs/state/{QUERY_ID}", options=options)
+    state.write_bytes("Count/kg-00001/c1-abc.log", b"x" * 10, "c1-abc.log")
+    report = clean_up_query(f"s3a://{s3.bucket}/jobs/checkpoint", state_storage=f"s3://{s3.bucket}/jobs/state",
+                            state_storage_options=options, state_local_dir=str(tmp_path / "local"),
+                            checkpoint_options=options, delete_checkpoint=True, idle_seconds=0, dry_run=False)
+    assert [(item.kind, item.files) for item in report.items] == [("state storage", 1), ("checkpoint", 2)]
+    assert [p for p in (s3.data_dir / s3.bucket).rglob("*") if p.is_file()] == []
