@@ -32,6 +32,8 @@ __all__ = [
     "StateVersionNotRetainedError",
     "StateStorageConflictError",
     "RestartSettingsChangedError",
+    "NoSpaceLeftError",
+    "CleanupRefusedError",
     "InvalidTimestampError",
     "UserFunctionError",
     "InvalidOutputError",
@@ -123,6 +125,14 @@ class RestartSettingsChangedError(ConfigurationError):
     """A query was restarted on its checkpoint with a setting its committed state depends on changed (the number of
     key groups, their layout, the key types, the state backend, the time mode, the bootstrap, or a state's kind, type
     or TTL). Raised before the restarted query processes anything."""
+class NoSpaceLeftError(SnapshotError):
+    """A state file could not be written because its device is full (``state_storage`` or ``state_local_dir``)."""
+
+
+class CleanupRefusedError(KeyedStateError):
+    """The clean-up after a query refused: the query may still run, or its checkpoint still needs the state.
+
+    Raised by :func:`keyedstate.cleanup.clean_up_query` unless ``force=True``."""
 
 
 class InvalidTimestampError(KeyedStateError, ValueError):

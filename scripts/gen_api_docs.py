@@ -12,7 +12,7 @@ import re
 import sys
 from pathlib import Path
 
-PACKAGES = ["keyedstate", "keyedstate.testing", "keyedstate.spark", "timers", "connectors.kafka"]
+PACKAGES = ["keyedstate", "keyedstate.testing", "keyedstate.spark", "keyedstate.cleanup", "timers", "connectors.kafka"]
 OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 
 

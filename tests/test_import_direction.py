@@ -4,7 +4,8 @@ import and the rule.
 The three top-level packages are layered. ``keyedstate``'s core (state, serialization, key groups, the API types)
 knows nothing of ``timers`` or ``connectors``. ``timers`` sits on a few declared parts of that core: above all the
 key context (the current key, its key group and prefix) and the raw columns its timers persist in. The parts of
-``keyedstate`` that drive operators (``operator``, ``spark``, ``testing``) use ``timers``. ``connectors`` uses only
+``keyedstate`` that drive operators (``operator``, ``spark``, ``testing``) use ``timers``. ``keyedstate.cleanup``
+(removing what a stopped query left behind) uses the Kafka connector's progress-group module. ``connectors`` uses only
 the public checkpoint-listener protocol, the public error classes (so one ``except KeyedStateError`` catches
 connector errors too), the Spark version gate, the switch that turns fast paths off (``KEYEDSTATE_PURE_PYTHON``,
 which the Kafka sink's bulk path obeys) and the redaction of secrets in messages. ``tests``, ``bench``,
@@ -39,6 +40,9 @@ RULES: dict[str, tuple[str, ...]] = {
     "keyedstate.operator": ("keyedstate", "timers"),
     "keyedstate.spark": ("keyedstate", "timers"),
     "keyedstate.testing": ("keyedstate", "timers"),
+    # The clean-up after a stopped query spans the query's state and its Kafka sink; it loads the connector only
+    # when asked to clean up Kafka too, and the connector never imports it back.
+    "keyedstate.cleanup": ("keyedstate", "connectors.kafka.progress_groups"),
     "timers": ("timers", *TIMERS_USES),
     "connectors": ("connectors", "keyedstate.checkpoint.listener", "keyedstate.errors", "keyedstate.spark.compat",
                    "keyedstate.fastpath", "keyedstate.redaction"),

@@ -27,7 +27,8 @@ from keyedstate.redaction import redact_text, secret_values
 
 __all__ = ["kafka_error_of", "is_transient", "is_retriable_fetch_error", "is_unknown_topic", "is_partition_eof",
            "is_out_of_range", "no_progress_error", "translate", "is_fenced", "is_retriable_txn_error",
-           "txn_requires_abort", "is_purged", "rejected_configuration", "ClientErrors", "listener_hint"]
+           "txn_requires_abort", "is_purged", "rejected_configuration", "ClientErrors", "listener_hint",
+           "is_group_not_found", "is_group_in_use"]
 
 #: Errors that mean "brokers (or a leader/coordinator) are not reachable right now": retry within the budget.
 _TRANSIENT = {
@@ -141,6 +142,18 @@ def is_out_of_range(exc: BaseException | KafkaError | None) -> bool:
 def is_purged(err: Optional[KafkaError]) -> bool:
     """A delivery report for a record dropped by our own ``purge``/``abort_transaction``, not a delivery failure."""
     return err is not None and err.code() in (KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT)
+
+
+def is_group_not_found(exc: BaseException | KafkaError | None) -> bool:
+    """Deleting a consumer group that does not exist (any more): nothing left to delete."""
+    err = kafka_error_of(exc)
+    return err is not None and err.code() == KafkaError.GROUP_ID_NOT_FOUND
+
+
+def is_group_in_use(exc: BaseException | KafkaError | None) -> bool:
+    """Deleting a consumer group that still has members: a client uses it."""
+    err = kafka_error_of(exc)
+    return err is not None and err.code() == KafkaError.NON_EMPTY_GROUP
 
 
 def is_fenced(exc: BaseException | KafkaError | None) -> bool:

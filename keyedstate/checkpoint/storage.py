@@ -9,6 +9,7 @@ failures of the store are retried (``retry_seconds``).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -21,7 +22,13 @@ import pyarrow.fs as pafs
 
 from keyedstate.checkpoint.filesystems import StorageOptions, has_directories, is_transient, open_filesystem
 from keyedstate.checkpoint.manifest import FileEntry
-from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, SnapshotError, StorageUnavailableError
+from keyedstate.errors import (
+    ConfigurationError,
+    NoSpaceLeftError,
+    SnapshotCorruptedError,
+    SnapshotError,
+    StorageUnavailableError,
+)
 from keyedstate.redaction import redact_uri
 
 __all__ = ["CheckpointStorage", "Where"]
@@ -32,6 +39,7 @@ _CHUNK = 4 * 1024 * 1024
 _SCOPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 _FIRST_RETRY_DELAY = 0.2
 _MAX_RETRY_DELAY = 5.0
+PROBE_PREFIX = "_keyedstate-write-probe-"
 _T = TypeVar("_T")
 
 
@@ -49,7 +57,9 @@ class CheckpointStorage:
     unreachable (exponential backoff); after that it fails with :class:`SnapshotError` naming the location."""
 
     def __init__(self, location: str | os.PathLike[str], *, filesystem: Optional[pafs.FileSystem] = None,
-                 options: Optional[Mapping[str, Any] | StorageOptions] = None) -> None:
+                 options: Optional[Mapping[str, Any] | StorageOptions] = None, create: bool = True) -> None:
+        """``create=False``: leave a missing root missing (tools that only read or delete, such as the clean-up,
+        must not create a directory a mistyped location names)."""
         self.options = StorageOptions.parse(options)
         location = os.fspath(location)
         if filesystem is not None:
@@ -64,7 +74,8 @@ class CheckpointStorage:
                     f"checkpoint location {redact_uri(location)!r} is not usable: {error}") from error
         self.location = location
         self._directories = has_directories(self.filesystem)
-        self._io(lambda: self.filesystem.create_dir(self.root, recursive=True), "create the storage root")
+        if create:
+            self._io(lambda: self.filesystem.create_dir(self.root, recursive=True), "create the storage root")
 
     def __repr__(self) -> str:
         return f"CheckpointStorage({self.location!r})"
@@ -80,7 +91,7 @@ class CheckpointStorage:
         return scope
 
     def _full(self, relative: str) -> str:
-        return f"{self.root}/{relative}"
+        return f"{self.root}/{relative}" if relative else self.root
 
     def _io(self, action: Callable[[], _T], what: str) -> _T:
         try:
@@ -90,15 +101,23 @@ class CheckpointStorage:
         except OSError as error:  # pyarrow raises OSError subclasses for every filesystem failure
             raise self._failed(what, error) from error
 
-    def _reading(self, action: Callable[[], _T], what: str, missing: Callable[[OSError], SnapshotError]) -> _T:
+    def _reading(self, action: Callable[[], _T], what: str, missing: Callable[[OSError], SnapshotError],
+                 local_path: Optional[str] = None) -> _T:
         """Like :meth:`_io`, but a file that is absent or unreadable (not: a store that is unreachable) raises
-        ``missing(error)``, so a restore can tell a damaged snapshot from an outage."""
+        ``missing(error)``, so a restore can tell a damaged snapshot from an outage. A download into the full disk
+        of ``local_path`` is neither: it raises :class:`NoSpaceLeftError` naming that disk."""
         try:
             return self._retrying(action, what)
         except OSError as error:
+            if local_path is not None and _is_no_space(error):
+                raise _no_space(what, os.path.dirname(local_path) or ".", error,
+                                "or move state_local_dir to a disk with room") from error
             raise (self._failed(what, error) if is_transient(error) else missing(error)) from error
 
     def _failed(self, what: str, error: OSError) -> SnapshotError:
+        if _is_no_space(error):
+            return _no_space(f"{what} in {self.location}", self.location, error,
+                             "or move state_storage to a storage with room")
         if not is_transient(error):
             return SnapshotError(f"checkpoint storage {self.location}: cannot {what}: {error}")
         return StorageUnavailableError(
@@ -207,7 +226,8 @@ class CheckpointStorage:
                     size += len(chunk)
                     out.write(chunk)
 
-        self._reading(download, f"download {entry.path}", lambda error: self._missing(entry, where, error))
+        self._reading(download, f"download {entry.path}", lambda error: self._missing(entry, where, error),
+                      local_path=local_path)
         self._check(entry, where, size, digest.hexdigest())
 
     def _missing(self, entry: FileEntry, where: Where, error: Exception) -> SnapshotCorruptedError:
@@ -241,8 +261,7 @@ class CheckpointStorage:
 
     def list_files(self, relative_dir: str = "") -> list[str]:
         """Every file below ``relative_dir`` (relative paths), for tests and tooling."""
-        base = self._full(relative_dir) if relative_dir else self.root
-        infos = self._list(base, recursive=True)
+        infos = self._list(self._full(relative_dir), recursive=True)
         return sorted(info.path[len(self.root) + 1:] for info in infos if info.type == pafs.FileType.File)
 
     def _remove_dir(self, relative: str) -> None:
@@ -263,6 +282,22 @@ class CheckpointStorage:
         except OSError as error:
             logger.warning("could not delete %s: %s", relative, error)
 
+    def check_writable(self) -> None:
+        """Write and delete a small probe file at the root; ConfigurationError naming the location and the fix when
+        either fails (a read-only mount, credentials that may only read, a missing bucket).
+
+        The probe's name is unique to the call, so queries checking one storage at the same time never touch each
+        other's probe, and it is never read back, so an object store's listing lag cannot make it fail."""
+        name = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        try:
+            self.write_bytes(name, b"keyedstate write probe", name)
+            self._io(lambda: self.filesystem.delete_file(self._full(name)), f"delete {name}")
+        except SnapshotError as error:
+            raise ConfigurationError(
+                f"state storage {self.location} is not writable: {error}. RocksDB mode writes and deletes its state "
+                f"files there: make it writable (mount it read-write, give the credentials write and delete "
+                f"permission, create the bucket), or pass another state_storage") from error
+
     # ---- plain file access -----------------------------------------------------------------------------------------
 
     def read_bytes(self, relative: str) -> bytes:
@@ -276,8 +311,19 @@ class CheckpointStorage:
         return [(info.base_name, info.type == pafs.FileType.Directory,
                  info.mtime.timestamp() if info.mtime is not None else None) for info in infos]
 
+    def exists(self, relative: str = "") -> bool:
+        """Whether a file or directory is at ``relative`` ("": the root)."""
+        return self._info(relative).type != pafs.FileType.NotFound
+
+    def sizes(self, relative_dir: str = "") -> tuple[int, int]:
+        """(number of files, total bytes) below ``relative_dir``."""
+        infos = [info for info in self._list(self._full(relative_dir), recursive=True)
+                 if info.type == pafs.FileType.File]
+        return len(infos), sum(info.size or 0 for info in infos)
+
     def delete_tree(self, relative: str) -> list[str]:
-        """Delete a file or a directory with everything below it; returns the deleted paths (missing: none)."""
+        """Delete a file or a directory with everything below it ("": the root itself); returns the deleted paths
+        (missing: none)."""
         info = self._info(relative)
         deleted: list[str] = []
         if info.type == pafs.FileType.Directory:
@@ -292,3 +338,13 @@ class CheckpointStorage:
         deleted: list[str] = []
         for path in paths:
             self._delete(path, deleted)
+
+
+def _is_no_space(error: OSError) -> bool:
+    # pyarrow keeps the errno of local writes; other file systems only say it in the message
+    return error.errno == errno.ENOSPC or "[Errno 28]" in str(error) or "No space left on device" in str(error)
+
+
+def _no_space(what: str, location: str, error: OSError, move: str) -> NoSpaceLeftError:
+    return NoSpaceLeftError(f"cannot {what}: no space left on device at {location} ({error}); free space there, "
+                            f"{move}")

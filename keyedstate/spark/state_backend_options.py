@@ -111,7 +111,8 @@ def resolve_rocksdb_mode(df: Any, function: Any, state_backend: str, state_stora
         raise ConfigurationError(f"state_storage must be a path or URI string, got {state_storage!r}")
     options = StorageOptions.parse(state_storage_options)
     try:
-        CheckpointStorage(state_storage, options=options)  # fails now, naming the URI, rather than in every task
+        # fails now, naming the URI, rather than in every task (a read-only storage would fail only in batch 0)
+        CheckpointStorage(state_storage, options=options).check_writable()
     except (SnapshotError, ConfigurationError) as error:
         raise ConfigurationError(f"state_storage {redact_uri(state_storage)!r} is not usable: {error}") from error
     if state_backend == HEAP:

@@ -260,7 +260,8 @@ def test_rocksdict_errors_are_translated_in_one_place():
     locked = translate(Exception("IO error: While lock file: /x/LOCK: Resource temporarily unavailable"), "open", "/x")
     assert isinstance(locked, StateBackendLockedError) and "/x" in str(locked)
     assert type(translate(Exception("Corruption: block checksum mismatch"), "read", "/x")) is StateBackendError
-    assert "full" in str(translate(Exception("IO error: No space left on device"), "write", "/x"))
+    full = translate(Exception("IO error: No space left on device"), "write", "/x")
+    assert "no space left on device at /x" in str(full)
     original = SerializationError("mine")
     assert translate(original, "write", "/x") is original
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 
 import rocksdict
 
-from keyedstate.errors import StateBackendLockedError
+from keyedstate.errors import KeyedStateError, StateBackendLockedError
 from keyedstate.state.rocksdb.changelog import PUT, ChangeLog, Operation, RecordingBatch, RecordingFamily
 from keyedstate.state.rocksdb.errors import is_lock_error, translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
@@ -175,8 +175,11 @@ class RocksDatabase:
         if self.db is None:
             return
         _flush_quietly(self.column_families.values())
+        failure: Optional[KeyedStateError] = None
         try:
             self.db.close()  # a failure's traceback must not reach a family handle: it would keep the lock
+        except Exception as error:  # rocksdict's plain Exception: a full disk fails the close's flush
+            failure = translate(error, "close the state database", self.path)
         finally:
             self.db = None
             self.column_families = {}
@@ -188,6 +191,8 @@ class RocksDatabase:
                 pass
             if self.collect_on_close:
                 gc.collect()  # drop handles held by reference cycles so the LOCK is released now
+        if failure is not None:
+            raise failure  # outside the except block: no traceback of the failed close is kept
 
     @property
     def is_open(self) -> bool:

@@ -39,7 +39,8 @@ def translate(error: BaseException, action: str, path: str, holder_hint: str = "
     if type(error).__name__ == "DbClosedError" or "already closed" in text:
         return StateBackendError(f"cannot {action}: the RocksDB backend at {path} is closed")
     if "No space left" in text:
-        return StateBackendError(f"cannot {action}: the disk holding {path} is full ({text})")
+        return StateBackendError(f"cannot {action}: no space left on device at {path} ({text}); free space there, "
+                                 f"or move the local databases (state_local_dir on Spark) to a disk with room")
     if "Corruption" in text:
         return StateBackendError(f"cannot {action}: the RocksDB database at {path} is corrupt ({text}); restore "
                                  f"it from a checkpoint")

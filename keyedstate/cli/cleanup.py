@@ -1,0 +1,96 @@
+"""``python -m keyedstate cleanup CHECKPOINT``: :func:`keyedstate.cleanup.clean_up_query` on the command line.
+
+Unlike the function, the command removes unless ``--dry-run`` is given (as ``rm`` does); its safety checks still
+refuse while the query may run or its checkpoint needs the state, unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from keyedstate.cli import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from keyedstate.errors import CleanupRefusedError, KeyedStateError
+
+__all__ = ["register", "run"]
+
+# state_storage_options that are numbers; every other option (a key, a region, an endpoint) is text
+_NUMERIC_STORAGE_OPTIONS = frozenset({"retry_seconds", "connect_timeout", "request_timeout"})
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "cleanup", help="remove what a stopped query left behind (state storage, Kafka sink progress groups)",
+        description="Remove a stopped streaming query's RocksDB-mode state storage (<state storage>/<query id>/) and "
+                    "local databases, and its exactly-once Kafka sink's progress-marker consumer groups; the query "
+                    "id comes from the checkpoint. Refuses while the query may be running or while the checkpoint "
+                    "still holds state naming the storage, unless --force.")
+    parser.add_argument("checkpoint", metavar="CHECKPOINT", help="the query's checkpointLocation (path or URI)")
+    parser.add_argument("--state-storage", metavar="URI",
+                        help="keyed_process's state_storage (default: ~/.keyedstate/state-storage or "
+                             "$KEYEDSTATE_STATE_STORAGE)")
+    parser.add_argument("--state-storage-option", metavar="KEY=VALUE", action="append", default=[],
+                        help="a state_storage_options entry (endpoint_url, region, retry_seconds, ...); repeatable. "
+                             "Credentials: prefer the AWS_* environment")
+    parser.add_argument("--state-local-dir", metavar="PATH",
+                        help="keyed_process's state_local_dir on this machine (default: the default local dir)")
+    parser.add_argument("--bootstrap-servers", metavar="HOST:PORT[,...]",
+                        help="the Kafka cluster the exactly-once sink wrote to (without it, groups are not looked for)")
+    parser.add_argument("--kafka-option", metavar="KEY=VALUE", action="append", default=[],
+                        help="a librdkafka property for the admin client (security.protocol, sasl.*); repeatable")
+    parser.add_argument("--transactional-id-prefix", metavar="PREFIX",
+                        help="only the groups of the sink with this transactionalIdPrefix")
+    parser.add_argument("--checkpoint-option", metavar="KEY=VALUE", action="append", default=[],
+                        help="a storage option of an s3:// checkpoint location, like --state-storage-option")
+    parser.add_argument("--delete-checkpoint", action="store_true",
+                        help="remove the checkpoint too, last (then it no longer blocks the clean-up)")
+    parser.add_argument("--idle-seconds", metavar="SECONDS", type=float, default=None,
+                        help="treat the query as stopped when no batch started or committed for this long "
+                             "(default 600)")
+    parser.add_argument("--dry-run", action="store_true", help="only list what would be removed, with sizes")
+    parser.add_argument("--force", action="store_true",
+                        help="remove even though the query may be running or its checkpoint still needs the state")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from keyedstate.cleanup import DEFAULT_IDLE_SECONDS, clean_up_query
+
+    try:
+        report = clean_up_query(
+            args.checkpoint, state_storage=args.state_storage,
+            state_storage_options=_pairs(args.state_storage_option, "--state-storage-option") or None,
+            state_local_dir=args.state_local_dir, bootstrap_servers=args.bootstrap_servers,
+            kafka_options=_pairs(args.kafka_option, "--kafka-option", numbers=False) or None,
+            transactional_id_prefix=args.transactional_id_prefix,
+            checkpoint_options=_pairs(args.checkpoint_option, "--checkpoint-option") or None,
+            delete_checkpoint=args.delete_checkpoint,
+            idle_seconds=DEFAULT_IDLE_SECONDS if args.idle_seconds is None else args.idle_seconds,
+            dry_run=args.dry_run, force=args.force)
+    except CleanupRefusedError as error:
+        print(f"keyedstate cleanup: refused: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except KeyedStateError as error:
+        print(f"keyedstate cleanup: {type(error).__name__}: {error}", file=sys.stderr)
+        return EXIT_FAILED
+    print(report.describe())
+    return EXIT_OK
+
+
+def _pairs(values: list[str], flag: str, numbers: bool = True) -> dict[str, Any]:
+    pairs: dict[str, Any] = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key:
+            print(f"keyedstate cleanup: {flag} takes KEY=VALUE, got {value!r}", file=sys.stderr)
+            raise SystemExit(EXIT_USAGE)
+        pairs[key] = _number(text) if numbers and key in _NUMERIC_STORAGE_OPTIONS else text
+    return pairs
+
+
+def _number(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text  # the storage options' own check names the option and the value
