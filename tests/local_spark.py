@@ -17,12 +17,17 @@ _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 
 
 def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests") -> Any:
-    """``local[2]`` with 2 shuffle partitions, no UI, a 1 GiB driver and a 30 s stop timeout for streaming queries."""
+    """``local[2]`` with 2 shuffle partitions, no UI, a 2 GiB driver and a 30 s stop timeout for streaming queries.
+
+    The whole suite's queries share this JVM, and in local mode the executor's task threads are the driver's: an
+    OutOfMemoryError in a task makes Spark's handler exit the JVM, failing every later test with "Connection refused".
+    With 1 GiB the JVM exited that way once, two thirds through the suite, with no kernel OOM kill and no crash
+    file."""
     conf = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
         "spark.sql.warehouse.dir": str(warehouse_dir),
-        "spark.driver.memory": "1g",
+        "spark.driver.memory": "2g",
         "spark.sql.streaming.stopTimeout": "30000",
     }
     remote = os.environ.get(REMOTE_ENV)
