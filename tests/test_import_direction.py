@@ -43,6 +43,9 @@ RULES: dict[str, tuple[str, ...]] = {
     # The clean-up after a stopped query spans the query's state and its Kafka sink; it loads the connector only
     # when asked to clean up Kafka too, and the connector never imports it back.
     "keyedstate.cleanup": ("keyedstate", "connectors.kafka.progress_groups"),
+    # stop_with_savepoint commits the savepoint batch's offsets to the Kafka source's consumer group; it loads the
+    # connector only when given the source's options, and the connector never imports it back.
+    "keyedstate.spark.savepoints": ("keyedstate", "timers", "connectors.kafka.group_offsets"),
     "timers": ("timers", *TIMERS_USES),
     "connectors": ("connectors", "keyedstate.checkpoint.listener", "keyedstate.errors", "keyedstate.spark.compat",
                    "keyedstate.fastpath", "keyedstate.redaction"),

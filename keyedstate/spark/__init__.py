@@ -16,6 +16,7 @@ from keyedstate.spark.co_process import keyed_co_process
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
+from keyedstate.spark.savepoints import Savepoint, read_savepoint, stop_with_savepoint, write_savepoint
 from keyedstate.spark.state_frame import read_keyed_state_frame
 from keyedstate.spark.state_reader import read_keyed_state
 
@@ -37,4 +38,8 @@ __all__ = [
     "read_keyed_state",
     "read_keyed_state_frame",
     "SnapshotPolicy",
+    "Savepoint",
+    "write_savepoint",
+    "stop_with_savepoint",
+    "read_savepoint",
 ]

@@ -213,6 +213,10 @@ class _GroupRuntime:
         now = int(group_state.getCurrentProcessingTimeMs())
         self.clock.now_ms = now
         watermark = watermark_or_none(group_state)
+        initial = self.spec.initial_state
+        if watermark is not None and initial is not None and initial.watermark_ms is not None:
+            # a query started from a savepoint continues the old query's watermark (Spark's starts again at 0)
+            watermark = max(watermark, initial.watermark_ms)
         operator.advance_watermark(MIN_WATERMARK if watermark is None else watermark)
         operator.advance_processing_time(now)
         elements = [frame for frame in frames if not frame.empty]

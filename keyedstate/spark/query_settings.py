@@ -186,3 +186,11 @@ def _write(storage: CheckpointStorage, settings: QuerySettings, since: int,
                        for _, (state, state_since) in sorted(states.items())]}
     storage.replace_bytes(SETTINGS_RECORD, json.dumps(body, sort_keys=True).encode())
 
+
+
+def recorded_settings(storage: CheckpointStorage) -> Optional[dict[str, Any]]:
+    """The settings record in ``storage`` as written (its JSON body), or None when there is none: what a savepoint
+    copies and reads the key types from."""
+    if _read(storage) is None:  # checks the format
+        return None
+    return dict(json.loads(storage.read_bytes(SETTINGS_RECORD)))

@@ -206,7 +206,7 @@ def test_the_driver_refuses_a_bootstrap_that_does_not_fit_the_query(tmp_path):
     with pytest.raises(ConfigurationError, match="key columns of types \\(string\\) but the query's key columns "
                                                  "have types \\(bigint\\)"):
         resolve_initial_state(boot.path, **{**fits, "key_types": ["bigint"]})
-    with pytest.raises(ConfigurationError, match="holds no bootstrap \\(_bootstrap.json is missing\\)"):
+    with pytest.raises(ConfigurationError, match="holds no bootstrap or savepoint \\(_bootstrap.json is missing\\)"):
         resolve_initial_state(str(tmp_path / "nothing"), **fits)
     with pytest.raises(ConfigurationError, match="num_key_groups=None cannot start from a bootstrap"):
         resolve_initial_state(boot.path, **{**fits, "num_key_groups": None})

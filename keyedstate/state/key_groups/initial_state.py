@@ -64,6 +64,9 @@ class InitialState:
     bootstrap_id: str
     rows: Mapping[int, FileEntry]
     storage_options: Optional[StorageOptions] = None
+    watermark_ms: Optional[int] = None
+    """A savepoint's: the watermark the source query would have run its next batch with. The new query's
+    watermark never falls below it, so timers and late elements behave as if the old query had continued."""
 
     def holds(self, key_group: int) -> bool:
         return key_group in self.rows
@@ -102,13 +105,18 @@ def encode_row(row: StateRow) -> bytes:
 
 
 def write_bootstrap_manifest(storage: CheckpointStorage, bootstrap: KeyedStateBootstrap, function_name: str,
-                             rows: Mapping[int, FileEntry], created_at_ms: int) -> None:
-    body = {
+                             rows: Mapping[int, FileEntry], created_at_ms: int,
+                             savepoint: Optional[Mapping[str, Any]] = None) -> None:
+    """Commit a bootstrap (or savepoint: ``savepoint`` is then its section, see :mod:`keyedstate.spark.savepoints`)
+    by writing its manifest, after every row file it names."""
+    body: dict[str, Any] = {
         "format": _MANIFEST_FORMAT, "bootstrap_id": bootstrap.bootstrap_id, "state_backend": bootstrap.state_backend,
         "num_key_groups": bootstrap.num_key_groups, "key_columns": [list(pair) for pair in bootstrap.key_columns],
         "function": function_name, "created_at_ms": created_at_ms,
         "rows": {str(key_group): entry.to_json() for key_group, entry in sorted(rows.items())},
     }
+    if savepoint is not None:
+        body["savepoint"] = dict(savepoint)
     storage.write_bytes(BOOTSTRAP_MANIFEST, json.dumps(body, indent=1).encode(), BOOTSTRAP_MANIFEST)
 
 
@@ -138,8 +146,8 @@ def resolve_initial_state(initial_state: Union[str, os.PathLike[str], KeyedState
     elif isinstance(initial_state, (str, os.PathLike)):
         path, options = os.fspath(initial_state), storage_options
     else:
-        raise ConfigurationError(f"initial_state must be the path bootstrap_keyed_state wrote to, or what it returned, "
-                                 f"got {type(initial_state).__qualname__}")
+        raise ConfigurationError(f"initial_state must be the path bootstrap_keyed_state or write_savepoint wrote to, or "
+                                 f"what they returned, got {type(initial_state).__qualname__}")
     if num_key_groups is None:
         raise ConfigurationError(f"initial_state needs key groups; {call} with num_key_groups=None cannot start "
                                  f"from a bootstrap. Pass the num_key_groups the bootstrap was written with")
@@ -149,18 +157,28 @@ def resolve_initial_state(initial_state: Union[str, os.PathLike[str], KeyedState
         raise ConfigurationError(f"initial_state {redact_uri(path)!r} is not readable: {error}") from error
     if body is None:
         raise ConfigurationError(
-            f"initial_state {path!r} holds no bootstrap ({BOOTSTRAP_MANIFEST} is missing): give the path "
-            f"bootstrap_keyed_state wrote to; a bootstrap that failed writes no {BOOTSTRAP_MANIFEST}, run it again")
+            f"initial_state {path!r} holds no bootstrap or savepoint ({BOOTSTRAP_MANIFEST} is missing): give the path "
+            f"bootstrap_keyed_state or write_savepoint wrote to; one that failed or was interrupted writes no "
+            f"{BOOTSTRAP_MANIFEST} (it is written last), run it again")
+    is_savepoint = "savepoint" in body
+    written = "a savepoint written for" if is_savepoint else "bootstrapped with"
+
+    def again(setting: str) -> str:
+        if is_savepoint:  # a savepoint is re-written from itself: cheap, and the old one stays valid
+            return (f"write the savepoint again for the query: write_savepoint(spark, {path!r}, <new path>, "
+                    f"{setting}), and start from the new one")
+        return f"bootstrap again with {setting}, or write a savepoint from the bootstrap with write_savepoint"
+
     if body["state_backend"] != state_backend:
         raise ConfigurationError(
-            f"initial_state {path!r} was bootstrapped with state_backend={body['state_backend']!r} but {call} runs "
-            f"with state_backend={state_backend!r}; run the query with state_backend={body['state_backend']!r}, or "
-            f"bootstrap again with state_backend={state_backend!r}")
+            f"initial_state {path!r} is {written} state_backend={body['state_backend']!r} but {call} runs with "
+            f"state_backend={state_backend!r}; run the query with state_backend={body['state_backend']!r}, or "
+            f"{again(f'state_backend={state_backend!r}')}")
     if body["num_key_groups"] != num_key_groups:
         raise ConfigurationError(
-            f"initial_state {path!r} was bootstrapped with num_key_groups={body['num_key_groups']} but {call} runs "
-            f"with num_key_groups={num_key_groups}; a key's key group depends on it. Run the query with "
-            f"num_key_groups={body['num_key_groups']}, or bootstrap again with num_key_groups={num_key_groups}")
+            f"initial_state {path!r} is {written} num_key_groups={body['num_key_groups']} but {call} runs with "
+            f"num_key_groups={num_key_groups}; a key's key group depends on it. Run the query with "
+            f"num_key_groups={body['num_key_groups']}, or {again(f'num_key_groups={num_key_groups}')}")
     bootstrapped = [str(type_name) for _, type_name in body["key_columns"]]
     if bootstrapped != list(key_types):
         raise ConfigurationError(
@@ -168,7 +186,9 @@ def resolve_initial_state(initial_state: Union[str, os.PathLike[str], KeyedState
             f"query's key columns have types ({', '.join(key_types)}); a key's key group depends on its type. Cast "
             f"the key columns to the same types")
     rows = {int(key_group): FileEntry.from_json(entry) for key_group, entry in body["rows"].items()}
-    return InitialState(path, str(body["bootstrap_id"]), rows, options)
+    watermark = (body.get("savepoint") or {}).get("next_batch_watermark_ms")
+    return InitialState(path, str(body["bootstrap_id"]), rows, options,
+                        int(watermark) if watermark is not None else None)
 
 
 def check_origin(key_group: int, recorded: Optional[str], initial: Optional[InitialState]) -> None:
