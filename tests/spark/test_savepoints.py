@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -236,3 +237,51 @@ def test_a_savepoint_is_rewritten_on_s3_with_ttl_timestamps_and_timers_kept(spar
     written_at = {int.from_bytes(entry[:8], "big") for entry in ttl.values()}  # v1's batch timestamps
     now_ms = int(time.time() * 1000)
     assert all(now_ms - 3_600_000 < at <= now_ms for at in written_at)
+
+
+def test_a_savepoint_that_does_not_fit_the_query_is_refused_at_keyed_process_naming_the_rewrite(spark, lifecycle,
+                                                                                               tmp_path):
+    from keyedstate.spark import keyed_process
+
+    first = lifecycle["savepoints"][0]  # RocksDB, 8 key groups
+    events = spark.readStream.schema(SCHEMA).json(str(tmp_path)).withWatermark("ts", "0 seconds")
+    with pytest.raises(ConfigurationError, match=r"is a savepoint written for num_key_groups=8 but keyed_process runs "
+                                                 r"with num_key_groups=4; .*write_savepoint\(spark, .*sp1', <new path>, "
+                                                 r"num_key_groups=4\)"):
+        keyed_process(events, ["user"], Tally(), OUTPUT, event_time_column="ts", num_key_groups=4,
+                      initial_state=first, **rocksdb(tmp_path))
+    with pytest.raises(ConfigurationError, match=r"savepoint written for state_backend='rocksdb' but keyed_process "
+                                                 r"runs with state_backend='heap'; .*state_backend='heap'\)"):
+        keyed_process(events, ["user"], Tally(), OUTPUT, event_time_column="ts", num_key_groups=8,
+                      initial_state=first.path, state_storage=str(tmp_path / "storage"))
+
+
+def test_a_damaged_row_file_fails_its_key_groups_load_and_an_interrupted_write_is_refused(spark, lifecycle,
+                                                                                          tmp_path):
+    from keyedstate.errors import SnapshotCorruptedError
+    from keyedstate.spark import keyed_process
+    from keyedstate.state.key_groups.initial_state import resolve_initial_state
+
+    second = lifecycle["savepoints"][1]  # heap, 4 key groups
+    copy = tmp_path / "copy"
+    shutil.copytree(second.path, copy)
+    initial = resolve_initial_state(str(copy), state_backend="heap", num_key_groups=4, key_types=["string"],
+                                    storage_options=None)
+    key_group, entry = sorted(initial.rows.items())[0]
+    damaged = copy / entry.path
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(SnapshotCorruptedError, match=rf"{entry.path}.*key group {key_group}.*is corrupt"):
+        initial.row(key_group)  # what the key group's first call in a query runs
+
+    (copy / "_bootstrap.json").unlink()  # as a write_savepoint interrupted before its commit leaves it
+    events = spark.readStream.schema(SCHEMA).json(str(tmp_path)).withWatermark("ts", "0 seconds")
+    with pytest.raises(ConfigurationError, match="holds no bootstrap or savepoint .*interrupted writes no "
+                                                 "_bootstrap.json"):
+        keyed_process(events, ["user"], Tally(), OUTPUT, event_time_column="ts", num_key_groups=4,
+                      initial_state=str(copy), state_storage=str(tmp_path / "storage"))
+    with pytest.raises(ConfigurationError, match="holds no savepoint: _bootstrap.json is missing"):
+        read_savepoint(str(copy))
+    with pytest.raises(ConfigurationError, match="already holds a savepoint or bootstrap"):
+        write_savepoint(spark, second, second.path)
