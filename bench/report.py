@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report_history  # noqa: E402
 import report_large_state as LS  # noqa: E402
+import report_savepoint as SP  # noqa: E402
 import report_spark as S  # noqa: E402
 from report_sections import (find_bench as _bench, harness_section, kafka_section, state_section,  # noqa: E402
                              timers_section)
@@ -248,7 +249,7 @@ def write_report(results: Path, report_dir: Path) -> list[Path]:
                                      lambda directory: targets(load_run(directory)))
     lines = (_header(run) + _targets_section(rows, has_targets_plot) + history + state_section(run) + timers_section(run)
              + harness_section(run) + kafka_section(run) + _spark_section(run, has_scaling_plot)
-             + LS.section(run["spark"], has_large_state_plot))
+             + LS.section(run["spark"], has_large_state_plot) + SP.section(run["spark"]))
     out = report_dir / "RESULTS.md"
     out.write_text("\n".join(lines).rstrip() + "\n")
     return [out] + [p for p, made in ((targets_png, has_targets_plot), (scaling_png, has_scaling_plot),

@@ -44,6 +44,7 @@ SUITES = {
     "kafka_sink": ("bench/test_kafka_sink_bench.py", 5),
     "spark": ("bench/test_spark_bench.py", 27),
     "large_state": ("bench/test_large_state_bench.py", 22),
+    "savepoint": ("bench/test_savepoint_bench.py", 8),
 }
 
 PROFILES = {
@@ -71,6 +72,7 @@ PROFILES = {
         "LARGE_STATE_BENCH_TWS_SIZES": "smoke",
         "LARGE_STATE_BENCH_BATCHES": "3",
         "LARGE_STATE_BENCH_ROCKSDB_BATCHES": "3",
+        "SAVEPOINT_BENCH_SIZES": "smoke",
     },
 }
 # the knobs recorded in meta.json so the report can state exactly what ran
@@ -83,7 +85,7 @@ KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANT
 # Lines of a suite's output worth echoing as progress: test ids and outcomes (-v), the suites' own one-line results.
 PROGRESS_PREFIXES = ("bench/", "PASSED", "FAILED", "SKIPPED", "ERROR", "[spark-bench]", "ratios to raw",
                      "heap timer service:", "rocksdb timer storage:", "heap timer storage:", "keyedstate-kafka",
-                     "round ", "=====", "[large-state]")
+                     "round ", "=====", "[large-state]", "[savepoint]")
 
 
 def _log(message: str) -> None:
