@@ -36,10 +36,10 @@ _FILES_SCHEMA = "key_group INT, entry STRING"
 
 @dataclass(frozen=True)
 class SavepointSource:
-    """What the executors decode (``parts``: (kind, DataFrame, location of version files) for
+    """What the executors decode (``parts``: (kind, DataFrame, location of version files, its storage options) for
     :class:`~keyedstate.spark.savepoint_records.SourceDecoder`) and what the savepoint records about its origin."""
 
-    parts: tuple[tuple[str, Any, Optional[str]], ...]
+    parts: tuple[tuple[str, Any, Optional[str], Optional[StorageOptions]], ...]
     key_types: tuple[str, ...]
     key_names: tuple[str, ...]
     num_key_groups: Optional[int]
@@ -96,7 +96,7 @@ def directory_source(spark: Any, source: Union[str, KeyedStateBootstrap], option
     section["source"] = {"kind": "savepoint" if origin else "bootstrap", "location": redact_uri(path),
                          "id": body["bootstrap_id"], "num_key_groups": body["num_key_groups"],
                          "state_backend": body["state_backend"]}
-    parts = (("files", frame, path),) if frame is not None else ()
+    parts = (("files", frame, path, options),) if frame is not None else ()
     return SavepointSource(parts, types_, names, int(body["num_key_groups"]), str(body["state_backend"]), section)
 
 
@@ -134,7 +134,7 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
              .load(checkpoint_location))
     value = "value.groupState" if "groupState" in frame.schema["value"].dataType.fieldNames() else "value"
     rows = frame.select(f"{value}.*")
-    parts: list[tuple[str, Any, Optional[str]]] = [("rows", rows, None)]
+    parts: list[tuple[str, Any, Optional[str], Optional[StorageOptions]]] = [("rows", rows, None, options)]
     started_from = recorded.get("initial_state") if recorded else None
     if started_from is not None:
         parts += _initial_state_part(spark, frame, recorded, started_from, initial_state, options, where)
@@ -198,7 +198,8 @@ def _settings(state_storage: str, query_id: str, uid: Optional[str],
 
 
 def _initial_state_part(spark: Any, frame: Any, recorded: Mapping[str, Any], started_from: str, initial_state: Any,
-                        options: Optional[StorageOptions], where: str) -> list[tuple[str, Any, Optional[str]]]:
+                        options: Optional[StorageOptions], where: str,
+                        ) -> list[tuple[str, Any, Optional[str], Optional[StorageOptions]]]:
     """The initial state's rows of the key groups that have no row in the checkpoint (they have not run yet)."""
     if initial_state is None:
         raise ConfigurationError(
@@ -217,4 +218,4 @@ def _initial_state_part(spark: Any, frame: Any, recorded: Mapping[str, Any], sta
     grouping = [int(row[0]) for row in frame.select(f"key.{_GROUPING_FIELD}").collect()]
     ran = {key_group_of_grouping_value(value, groups, layout) for value in grouping}
     rows = [(int(group), json.dumps(entry)) for group, entry in body["rows"].items() if int(group) not in ran]
-    return [("files", spark.createDataFrame(rows, _FILES_SCHEMA), path)] if rows else []
+    return [("files", spark.createDataFrame(rows, _FILES_SCHEMA), path, options)] if rows else []

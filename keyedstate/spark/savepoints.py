@@ -158,25 +158,25 @@ def write_savepoint(
     source_options = StorageOptions.parse(state_storage_options)
     target_options = StorageOptions.parse(savepoint_storage_options)
     storage = _new_savepoint_storage(path, target_options)
+    if not isinstance(source, (str, os.PathLike, KeyedStateBootstrap)):
+        raise ConfigurationError(f"source must be a checkpoint location or a savepoint path (or a Savepoint), got "
+                                 f"{type(source).__qualname__}")
     if isinstance(source, KeyedStateBootstrap) or is_savepoint_directory(os.fspath(source), source_options):
         found: SavepointSource = directory_source(spark, source, source_options, key_schema)
-    elif isinstance(source, (str, os.PathLike)):
+    else:
         found = checkpoint_source(spark, os.fspath(source), batch_id=batch_id, operator_id=operator_id, uid=uid,
                                   state_storage=state_storage, options=source_options, key_schema=key_schema,
                                   initial_state=initial_state, state_backend=state_backend,
                                   num_key_groups=num_key_groups)
-    else:
-        raise ConfigurationError(f"source must be a checkpoint location or a savepoint path (or a Savepoint), got "
-                                 f"{type(source).__qualname__}")
     target_groups = num_key_groups if num_key_groups is not None else found.num_key_groups
     if target_groups is None:
         raise ConfigurationError("the source query grouped by the user key (num_key_groups=None); pass the new "
                                  "query's num_key_groups= (a savepoint starts queries with key groups)")
     target_backend = state_backend or found.state_backend
     chunks = None
-    for kind, frame, location in found.parts:
-        decoder = SourceDecoder(kind, found.key_types, found.num_key_groups, target_groups, location,
-                                source_options, state_local_dir)
+    for kind, frame, location, options in found.parts:
+        decoder = SourceDecoder(kind, found.key_types, found.num_key_groups, target_groups, location, options,
+                                state_local_dir)
         part = frame.mapInPandas(decoder, CHUNK_SCHEMA)
         chunks = part if chunks is None else chunks.unionByName(part)
     results: list[Any] = []
