@@ -230,7 +230,8 @@ def entry_migration(old: Any, descriptor: StateDescriptor, now_ms: Callable[[], 
         raise StateDescriptorConflictError(
             f"state {old.name!r} was stored as {old.kind} state but is now registered as {descriptor.kind.value} "
             f"state; register it with its old kind, or use a new state name (a kind cannot change, even with a "
-            f"migration)"
+            f"migration), or move the state through a savepoint (read_keyed_state_frame, convert the DataFrame, "
+            f"bootstrap_keyed_state)"
         )
     if old.signature == new_signature and old.has_ttl == new_ttl:
         return None

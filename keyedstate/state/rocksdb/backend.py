@@ -149,9 +149,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.drop_unregistered_states()
 
     def drop_unregistered_states(self) -> list[str]:
-        self.write_pending_values(forget=True)
         stored = {metadata.name for metadata in self._stored_metadata()} | set(self.stored_state_names())
         dropped = sorted(stored - set(self._states))
+        if not dropped:
+            return dropped  # every call of RocksDB mode asks: keep the value stores' memos when nothing changes
+        self.write_pending_values(forget=True)
         default = self._database.column_families[DEFAULT_CF]
         for name in dropped:
             family = self._database.column_families.get(STATE_CF_PREFIX + name)
