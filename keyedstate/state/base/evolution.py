@@ -178,6 +178,8 @@ def _row_converter(old: _Node, new: _Node, info: Optional[TypeInformation]) -> C
     def convert(value: Any) -> Any:
         if value is None:
             return None
+        if new_named and hasattr(value, "asDict"):  # a pyspark Row (a tuple with names): rebuilt by name
+            return type(value)(**convert(value.asDict(recursive=False)))
         if isinstance(value, dict):
             out = {}
             for key, source, field_convert, default in zip(keys, sources, converts, fill):
