@@ -123,8 +123,9 @@ class StateStorageConflictError(ConfigurationError):
 
 class RestartSettingsChangedError(ConfigurationError):
     """A query was restarted on its checkpoint with a setting its committed state depends on changed (the number of
-    key groups, their layout, the key types, the state backend, the time mode, the bootstrap, or a state's kind, type
-    or TTL). Raised before the restarted query processes anything."""
+    key groups, their layout, the key types, the state backend, the time mode, the bootstrap, or a state's kind or a
+    type its stored values cannot be read as, even after migration). Raised before the restarted query processes
+    anything."""
 class NoSpaceLeftError(SnapshotError):
     """A state file could not be written because its device is full (``state_storage`` or ``state_local_dir``)."""
 

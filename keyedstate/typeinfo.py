@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Optional
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, TypeSerializer
@@ -29,6 +29,11 @@ class TypeInformation:
     name: str
     accepts: Callable[[Any], bool] = field(default=_any_value, compare=False, repr=False)
     serializer: TypeSerializer = field(default=DEFAULT_CODEC, compare=False, repr=False)
+    components: tuple["TypeInformation", ...] = field(default=(), compare=False, repr=False)
+    """The types inside a composite type (a ROW's fields, a LIST's element, a MAP's key and value), in order."""
+    field_defaults: Mapping[Any, Any] = field(default_factory=dict, compare=False, repr=False)
+    """A ROW's values for fields that stored rows lack (state schema evolution): by name for a named row, by
+    position for a positional one. Not part of :attr:`name`, so changing a default never changes the type."""
 
     def check(self, value: Any) -> bool:
         return value is None or self.accepts(value)
@@ -126,35 +131,49 @@ class Types:
 
     @staticmethod
     def BASIC_ARRAY(element_type: Any) -> TypeInformation:
-        return TypeInformation(f"BASIC_ARRAY<{to_type_information(element_type)}>", _exact(list, tuple))
+        element = to_type_information(element_type)
+        return TypeInformation(f"BASIC_ARRAY<{element}>", _exact(list, tuple), components=(element,))
 
     @staticmethod
     def OBJECT_ARRAY(element_type: Any) -> TypeInformation:
-        return TypeInformation(f"OBJECT_ARRAY<{to_type_information(element_type)}>", _exact(list, tuple))
+        element = to_type_information(element_type)
+        return TypeInformation(f"OBJECT_ARRAY<{element}>", _exact(list, tuple), components=(element,))
 
     @staticmethod
     def LIST(element_type: Any) -> TypeInformation:
-        return TypeInformation(f"LIST<{to_type_information(element_type)}>", _exact(list))
+        element = to_type_information(element_type)
+        return TypeInformation(f"LIST<{element}>", _exact(list), components=(element,))
 
     @staticmethod
     def MAP(key_type: Any, value_type: Any) -> TypeInformation:
         key, value = to_type_information(key_type), to_type_information(value_type)
-        return TypeInformation(f"MAP<{key},{value}>", _exact(dict))
+        return TypeInformation(f"MAP<{key},{value}>", _exact(dict), components=(key, value))
 
     @staticmethod
     def TUPLE(field_types: list[Any]) -> TypeInformation:
-        names = ",".join(str(to_type_information(t)) for t in field_types)
-        return TypeInformation(f"TUPLE<{names}>", _exact(tuple))
+        types = tuple(to_type_information(t) for t in field_types)
+        return TypeInformation(f"TUPLE<{','.join(map(str, types))}>", _exact(tuple), components=types)
 
     @staticmethod
-    def ROW(field_types: list[Any]) -> TypeInformation:
-        names = ",".join(str(to_type_information(t)) for t in field_types)
-        return TypeInformation(f"ROW<{names}>", _exact(tuple, list))
+    def ROW(field_types: list[Any], defaults: Optional[Mapping[int, Any]] = None) -> TypeInformation:
+        """A row of positional fields. ``defaults`` (keyedstate extension): ``{position: value}`` for fields
+        appended since state was stored (a stored row without them reads them as this value, else None)."""
+        types = tuple(to_type_information(t) for t in field_types)
+        return TypeInformation(f"ROW<{','.join(map(str, types))}>", _exact(tuple, list), components=types,
+                               field_defaults=dict(defaults or {}))
 
     @staticmethod
-    def ROW_NAMED(field_names: list[str], field_types: list[Any]) -> TypeInformation:
-        fields = ",".join(f"{n}:{to_type_information(t)}" for n, t in zip(field_names, field_types))
-        return TypeInformation(f"ROW<{fields}>", _exact(tuple, list, dict))
+    def ROW_NAMED(field_names: list[str], field_types: list[Any],
+                  defaults: Optional[Mapping[str, Any]] = None) -> TypeInformation:
+        """A row of named fields (written as a dict, or a tuple/list in field order). ``defaults`` (keyedstate
+        extension): ``{field name: value}`` for fields added since state was stored (else they read as None)."""
+        types = tuple(to_type_information(t) for t in field_types)
+        fields = ",".join(f"{n}:{t}" for n, t in zip(field_names, types))
+        unknown = set(defaults or {}) - set(field_names)
+        if unknown:
+            raise ConfigurationError(f"ROW_NAMED defaults name fields the row does not have: {sorted(unknown)}")
+        return TypeInformation(f"ROW<{fields}>", _exact(tuple, list, dict), components=types,
+                               field_defaults=dict(defaults or {}))
 
     @staticmethod
     def SQL_DATE() -> TypeInformation:

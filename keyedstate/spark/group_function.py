@@ -169,8 +169,10 @@ class _GroupRuntime:
             return
         storage = CheckpointStorage(operator_storage_location(spec.state_storage, query_id, spec.uid),
                                     options=spec.state_storage_options)
-        check_restart_settings(storage, spec.restart_settings(), self.backend.state_metadata(), batch_id,
-                               self.call_name)
+        backend = self.backend
+        descriptors = [backend.registered_state(name).descriptor for name in backend.registered_state_names()]
+        backend.state_incarnations = check_restart_settings(storage, spec.restart_settings(), descriptors, batch_id,
+                                                            self.call_name)
         self._checked_queries.add(query_id)
 
     def _task_info(self) -> dict[str, int]:
@@ -209,9 +211,10 @@ class _GroupRuntime:
         operator = self.operator
         fired_before = operator.timers_fired
         processed_before = operator.elements_processed
-        self.store.load(key_group, group_state, batch_id, operator.timer_service)
         now = int(group_state.getCurrentProcessingTimeMs())
-        self.clock.now_ms = now
+        self.clock.now_ms = now  # before the load: TTL turned on stamps migrated entries with this time
+        self.store.load(key_group, group_state, batch_id, operator.timer_service)
+        self.backend.settle_restored_states()  # migrate older layouts, drop removed states: before any user code
         watermark = watermark_or_none(group_state)
         initial = self.spec.initial_state
         if watermark is not None and initial is not None and initial.watermark_ms is not None:

@@ -10,16 +10,17 @@ So the first call of every worker process in a run reads ``query-settings.json``
 (``<state_storage>/<query id>/<uid>/``, the directory RocksDB mode keeps its files in; the heap backend keeps only
 this record there) and compares. An incompatible change raises :class:`~keyedstate.errors.RestartSettingsChangedError`
 (or the state's own compatibility error) before the call loads or processes anything, so the batch fails and nothing
-is committed. The record is written in the first batch that runs and grows only by states added later; an entry
-written in the batch being run again (it never committed) may be replaced, so a failed first attempt never pins a
-setting.
+is committed. The record is written in the first batch that runs and changes only by states added or removed later
+(see docs/operations.md, "State schema evolution": a state's recorded type is the one it was first stored with, and
+a restart must be able to read it as the new type, as is or after a migration); an entry written in the batch being
+run again (it never committed) may be replaced, so a failed first attempt never pins a setting.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterable, Optional
 
 from keyedstate.checkpoint.locations import join_location
@@ -31,6 +32,8 @@ from keyedstate.errors import (
     StateTypeMismatchError,
 )
 from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.evolution import check_evolution
+from keyedstate.state.descriptors import StateDescriptor
 
 __all__ = ["QuerySettings", "SETTINGS_RECORD", "check_restart_settings", "operator_storage_location"]
 
@@ -115,21 +118,28 @@ def _setting_changes(old: QuerySettings, new: QuerySettings) -> list[str]:
     return changes
 
 
-def _state_change(recorded: StateMetadata, registered: Optional[StateMetadata]) -> Optional[str]:
-    if registered is None:
+def _state_change(recorded: StateMetadata, descriptor: Optional[StateDescriptor]) -> Optional[str]:
+    if descriptor is None:
         return None
     try:
-        recorded.check_readable_as(registered)
+        check_evolution(recorded, descriptor)
     except (StateTypeMismatchError, StateDescriptorConflictError) as error:
-        return f"{error} (or migrate the state through read_keyed_state_frame and bootstrap_keyed_state)"
+        return str(error)
     return None
 
 
-def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings, states: Iterable[StateMetadata],
-                           batch_id: Optional[int], call: str) -> None:
-    """Compare ``settings`` and the registered ``states`` with the record in ``storage``; raise before anything
-    runs when the committed state cannot be used with them, else record what is new."""
-    registered = {state.name: state for state in states}
+_Entry = tuple[StateMetadata, int]  # a state's metadata and the batch it was recorded in
+
+
+def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings,
+                           states: Iterable[StateDescriptor], batch_id: Optional[int], call: str) -> dict[str, int]:
+    """Compare ``settings`` and the function's registered ``states`` (their descriptors, which may declare
+    migrations) with the record in ``storage``; raise before anything runs when the committed state cannot be used
+    with them, else record what is new. Returns each registered state's incarnation when not 0 (see
+    :class:`~keyedstate.state.base.backend.StateMetadata`): a state dropped and registered again must not read
+    what an earlier incarnation left in key groups not written since."""
+    descriptors = {descriptor.name: descriptor for descriptor in states}
+    registered = {name: StateMetadata.of(descriptor) for name, descriptor in descriptors.items()}
     batch = batch_id if batch_id is not None else 0
     record = _read(storage)
     if record is None:
@@ -139,16 +149,21 @@ def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings, 
                 "that did not record them); recording the current ones. Until this batch commits, a change of "
                 "num_key_groups, key_group_layout or key column types is caught only in key groups that already "
                 "hold state", call, batch)
-        _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()})
-        return
-    recorded_settings, since, recorded_states = record
+        _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()}, {})
+        return {}
+    recorded_settings, since, recorded_states, dropped = record
     if since >= batch:  # written by an attempt of this batch or a later one that never committed: not binding
-        _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()})
-        return
+        _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()}, {})
+        return {}
+    # a drop recorded by an attempt that never committed is undone (the attempt committed nothing)
+    undone = [name for name, (_, _, dropped_batch) in dropped.items() if dropped_batch >= batch]
+    for name in undone:
+        state, state_since, _ = dropped.pop(name)
+        recorded_states.setdefault(name, (state, state_since))
     problems = _setting_changes(recorded_settings, settings)
     for name, (state, state_since) in recorded_states.items():
         if state_since < batch:
-            problem = _state_change(state, registered.get(name))
+            problem = _state_change(state, descriptors.get(name))
             if problem is not None:
                 problems.append(problem)
     if problems:
@@ -156,17 +171,29 @@ def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings, 
             f"{call} cannot restart on this checkpoint (batch {batch} would be the first of this run; nothing was "
             f"committed): " + "; ".join(problems))
     kept = {name: entry for name, entry in recorded_states.items() if entry[1] < batch}
-    dropped = sorted(name for name in kept if name not in registered)
-    if dropped:
-        logger.warning("%s: state(s) %s hold committed data but are not registered by the function any more; their "
-                       "data is kept and not read", call, ", ".join(map(repr, dropped)))
-    added = {name: (state, batch) for name, state in registered.items() if name not in kept}
+    removed = sorted(name for name in kept if name not in registered)
+    if removed:
+        logger.warning("%s: state(s) %s hold committed data but are not registered by the function any more: their "
+                       "data is dropped from each key group when the key group is next written, and a state "
+                       "registered later under the same name starts empty", call, ", ".join(map(repr, removed)))
+        for name in removed:
+            state, state_since = kept.pop(name)
+            dropped[name] = (state, state_since, batch)
+    added = {}
+    for name, state in registered.items():
+        if name not in kept:
+            earlier = dropped.get(name)
+            incarnation = earlier[0].incarnation + 1 if earlier is not None else 0
+            added[name] = (replace(state, incarnation=incarnation), batch)
     if added:
         logger.info("%s: new state(s) %s start empty", call, ", ".join(map(repr, sorted(added))))
-        _write(storage, recorded_settings, since, {**kept, **added})
+    if added or removed or undone:
+        _write(storage, recorded_settings, since, {**kept, **added}, dropped)
+    return {name: state.incarnation for name, (state, _) in {**kept, **added}.items() if state.incarnation}
 
 
-def _read(storage: CheckpointStorage) -> Optional[tuple[QuerySettings, int, dict[str, tuple[StateMetadata, int]]]]:
+def _read(storage: CheckpointStorage) -> Optional[tuple[QuerySettings, int, dict[str, _Entry],
+                                                        dict[str, tuple[StateMetadata, int, int]]]]:
     if not any(name == SETTINGS_RECORD for name, is_dir, _ in storage.list_entries("") if not is_dir):
         return None
     body = json.loads(storage.read_bytes(SETTINGS_RECORD))
@@ -175,15 +202,21 @@ def _read(storage: CheckpointStorage) -> Optional[tuple[QuerySettings, int, dict
                               f"keyedstate reads format {_FORMAT}: it was written by a newer keyedstate. Upgrade "
                               f"keyedstate")
     states = {entry["name"]: (StateMetadata.from_json(entry), int(entry["since_batch"])) for entry in body["states"]}
-    return QuerySettings.from_json(body["settings"]), int(body["since_batch"]), states
+    dropped = {entry["name"]: (StateMetadata.from_json(entry), int(entry["since_batch"]), int(entry["dropped_batch"]))
+               for entry in body.get("dropped_states", [])}
+    return QuerySettings.from_json(body["settings"]), int(body["since_batch"]), states, dropped
 
 
-def _write(storage: CheckpointStorage, settings: QuerySettings, since: int,
-           states: dict[str, tuple[StateMetadata, int]]) -> None:
+def _write(storage: CheckpointStorage, settings: QuerySettings, since: int, states: dict[str, _Entry],
+           dropped: dict[str, tuple[StateMetadata, int, int]]) -> None:
     # Deterministic content: every worker process of a batch writes the same bytes, so concurrent writes agree.
-    body = {"format": _FORMAT, "since_batch": since, "settings": settings.to_json(),
-            "states": [{**state.to_json(), "since_batch": state_since}
-                       for _, (state, state_since) in sorted(states.items())]}
+    body: dict[str, Any] = {
+        "format": _FORMAT, "since_batch": since, "settings": settings.to_json(),
+        "states": [{**state.to_json(), "since_batch": state_since}
+                   for _, (state, state_since) in sorted(states.items())]}
+    if dropped:  # states removed from the function, kept so that one registered again gets a new incarnation
+        body["dropped_states"] = [{**state.to_json(), "since_batch": state_since, "dropped_batch": dropped_batch}
+                                  for _, (state, state_since, dropped_batch) in sorted(dropped.items())]
     storage.replace_bytes(SETTINGS_RECORD, json.dumps(body, sort_keys=True).encode())
 
 

@@ -45,6 +45,7 @@ class StateDescriptor:
         self.name = name
         self.type_info: TypeInformation = to_type_information(type_info)
         self.ttl_config: Optional[StateTtlConfig] = None
+        self.state_migration: Optional[Callable[[Any], Any]] = None
 
     def enable_time_to_live(self, ttl_config: StateTtlConfig) -> None:
         """Give this state a time-to-live (see :class:`StateTtlConfig`)."""
@@ -54,6 +55,21 @@ class StateDescriptor:
                 f"got {type(ttl_config).__qualname__}"
             )
         self.ttl_config = ttl_config if ttl_config.is_enabled() else None
+
+    def enable_state_migration(self, migration: Callable[[Any], Any]) -> None:
+        """Convert values stored under an older declared type of this state (keyedstate extension; see
+        docs/operations.md, "State schema evolution").
+
+        ``migration(old_value) -> new_value`` is called once per stored value (each list element, each map value)
+        whose recorded type differs from this descriptor's, when its key group is first loaded after the restart
+        (before any user code sees it); the result must be a value of the new type and is written back in the new
+        layout. It takes precedence over the built-in conversions (ROW fields, widening). Map keys never migrate,
+        and a state's kind cannot change."""
+        if not callable(migration):
+            raise ConfigurationError(
+                f"enable_state_migration takes a function old_value -> new_value, got {type(migration).__qualname__}"
+            )
+        self.state_migration = migration
 
     def get_name(self) -> str:
         return self.name

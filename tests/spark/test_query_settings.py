@@ -12,14 +12,13 @@ from keyedstate import Types, ValueStateDescriptor
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import RestartSettingsChangedError
 from keyedstate.spark.query_settings import SETTINGS_RECORD, QuerySettings, check_restart_settings
-from keyedstate.state.base.backend import StateMetadata
 
 SETTINGS = QuerySettings(key_types=("string",), num_key_groups=4, key_group_layout="balanced", state_backend="heap",
                          time_mode="event_time", initial_state=None)
 
 
-def state(name: str, type_info=None) -> StateMetadata:
-    return StateMetadata.of(ValueStateDescriptor(name, type_info or Types.LONG()))
+def state(name: str, type_info=None) -> ValueStateDescriptor:
+    return ValueStateDescriptor(name, type_info or Types.LONG())
 
 
 @pytest.fixture
@@ -59,17 +58,41 @@ def test_a_record_of_the_batch_being_run_again_does_not_bind(storage):
     assert record(storage)["states"][0]["signature"] == "value<STRING>"
 
 
-def test_added_states_are_recorded_from_their_first_batch_and_removed_ones_are_kept(storage, caplog):
+def test_added_states_are_recorded_from_their_first_batch_and_removed_ones_are_dropped(storage, caplog):
     check_restart_settings(storage, SETTINGS, [state("count")], 0, "keyed_process")
     check_restart_settings(storage, SETTINGS, [state("count"), state("last")], 4, "keyed_process")
     assert {s["name"]: s["since_batch"] for s in record(storage)["states"]} == {"count": 0, "last": 4}
     with caplog.at_level(logging.WARNING, logger="keyedstate.spark.restart"):
-        check_restart_settings(storage, SETTINGS, [state("last")], 9, "keyed_process")
-    assert "'count' hold committed data but are not registered" in caplog.text
-    assert {s["name"] for s in record(storage)["states"]} == {"count", "last"}
-    with pytest.raises(RestartSettingsChangedError, match="'count' was stored with type value<LONG> but is now "
-                                                          "registered with type value<STRING>"):
-        check_restart_settings(storage, SETTINGS, [state("count", Types.STRING())], 10, "keyed_process")
+        assert check_restart_settings(storage, SETTINGS, [state("last")], 9, "keyed_process") == {}
+    assert "'count' hold committed data but are not registered by the function any more: their data is dropped" \
+        in caplog.text
+    assert {s["name"] for s in record(storage)["states"]} == {"last"}
+    assert [(s["name"], s["dropped_batch"]) for s in record(storage)["dropped_states"]] == [("count", 9)]
+    # registered again, with any type: a new incarnation, so data the dropped one left in key groups is never read
+    assert check_restart_settings(storage, SETTINGS, [state("count", Types.STRING()), state("last")], 10,
+                                  "keyed_process") == {"count": 1}
+    assert {s["name"]: s.get("incarnation", 0) for s in record(storage)["states"]} == {"count": 1, "last": 0}
+
+
+def test_a_drop_by_an_attempt_that_never_committed_is_undone(storage):
+    check_restart_settings(storage, SETTINGS, [state("count"), state("last")], 0, "keyed_process")
+    check_restart_settings(storage, SETTINGS, [state("last")], 3, "keyed_process")  # batch 3 never committed
+    assert check_restart_settings(storage, SETTINGS, [state("count"), state("last")], 3, "keyed_process") == {}
+    assert {s["name"]: s["since_batch"] for s in record(storage)["states"]} == {"count": 0, "last": 0}
+    assert "dropped_states" not in record(storage)
+
+
+def test_a_type_change_without_migration_is_refused_naming_the_fixes_and_with_one_passes(storage):
+    check_restart_settings(storage, SETTINGS, [state("count")], 0, "keyed_process")
+    with pytest.raises(RestartSettingsChangedError) as raised:
+        check_restart_settings(storage, SETTINGS, [state("count", Types.STRING())], 4, "keyed_process")
+    message = str(raised.value)
+    assert "'count' was stored with type value<LONG> but is now registered with type value<STRING>" in message
+    assert "wider number type" in message and "enable_state_migration" in message
+    assert "read_keyed_state_frame" in message and "nothing was committed" in message
+    migrated = state("count", Types.STRING())
+    migrated.enable_state_migration(str)
+    check_restart_settings(storage, SETTINGS, [migrated], 4, "keyed_process")
 
 
 def test_a_widened_type_passes_and_the_record_keeps_the_stored_type(storage):

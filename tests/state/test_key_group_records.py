@@ -89,6 +89,7 @@ def test_a_narrower_declared_type_is_refused_naming_the_widenings(backend, backe
     target = backend_factory("heap")
     target.get_or_create_state(ValueStateDescriptor("amount", Types.INT()))
     metadata, records = backend.export_records()[0]
-    with pytest.raises(StateTypeMismatchError, match="stored with type value<LONG> but is now registered with type "
-                                                     "value<INT>; keep the old type or a wider one"):
+    with pytest.raises(StateTypeMismatchError, match=r"stored with type value<LONG> but is now registered with type "
+                                                     r"value<INT> \(LONG does not widen to INT\): keep the old type "
+                                                     r"or a compatible one \(a wider number type"):
         target.load_stored_records(metadata, records)

@@ -9,7 +9,6 @@ they store entries (:mod:`keyedstate.state.base.stores`); a key group's state is
 from __future__ import annotations
 
 import logging
-import re
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -20,11 +19,11 @@ from keyedstate.errors import (
     KeyGroupNotOwnedError,
     NullKeyError,
     StateDescriptorConflictError,
-    StateTypeMismatchError,
     UnknownStateError,
 )
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_assigner, validate_num_key_groups
 from keyedstate.serialization import encode_key
+from keyedstate.state.base.evolution import EntryMigration, check_evolution, entry_migration
 from keyedstate.state.base.key_context import KeyContext
 from keyedstate.state.base.layout import EntryCodec, key_group_prefix
 from keyedstate.state.base.stores import ListStore, MapStore, RawColumn, ValueStore
@@ -43,68 +42,37 @@ def system_clock_ms() -> int:
 
 @dataclass(frozen=True)
 class StateMetadata:
-    """What a snapshot records about a state so a restart can tell whether the new descriptor still fits."""
+    """What a snapshot records about a state so a restart can tell whether the new descriptor still fits.
+
+    ``incarnation`` counts how often the state was dropped (removed from the function) and registered again: data
+    stored with an older incarnation is stale and never read (0, the first, is not written out)."""
 
     name: str
     kind: str
     signature: str
     has_ttl: bool
+    incarnation: int = 0
 
     @classmethod
-    def of(cls, descriptor: StateDescriptor) -> "StateMetadata":
-        return cls(descriptor.name, descriptor.kind.value, descriptor.type_signature(), descriptor.ttl_config is not None)
+    def of(cls, descriptor: StateDescriptor, incarnation: int = 0) -> "StateMetadata":
+        return cls(descriptor.name, descriptor.kind.value, descriptor.type_signature(),
+                   descriptor.ttl_config is not None, incarnation)
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "signature": self.signature, "has_ttl": self.has_ttl}
+        body = {"name": self.name, "kind": self.kind, "signature": self.signature, "has_ttl": self.has_ttl}
+        if self.incarnation:
+            body["incarnation"] = self.incarnation
+        return body
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> "StateMetadata":
-        return cls(value["name"], value["kind"], value["signature"], bool(value["has_ttl"]))
+        return cls(value["name"], value["kind"], value["signature"], bool(value["has_ttl"]),
+                   int(value.get("incarnation", 0)))
 
     def check_compatible(self, descriptor: StateDescriptor) -> None:
-        """Raise if state stored under this metadata cannot be read through ``descriptor``."""
-        self.check_readable_as(StateMetadata.of(descriptor))
-
-    def check_readable_as(self, new: "StateMetadata") -> None:
-        """Raise if state stored under this metadata cannot be read as state registered with ``new``."""
-        if new.kind != self.kind:
-            raise StateDescriptorConflictError(
-                f"state {self.name!r} was stored as {self.kind} state but is now registered as {new.kind} state; "
-                f"register it with its old kind, or use a new state name"
-            )
-        if not _signatures_compatible(self.signature, new.signature):
-            raise StateTypeMismatchError(
-                f"state {self.name!r} was stored with type {self.signature} but is now registered with type "
-                f"{new.signature}; keep the old type or a wider one (INT to LONG, FLOAT to DOUBLE), or register "
-                f"the new type under a new state name"
-            )
-        if new.has_ttl != self.has_ttl:
-            change = "enabled" if new.has_ttl else "disabled"
-            raise StateDescriptorConflictError(
-                f"time-to-live was {change} for state {self.name!r} since it was stored; the stored entries have a "
-                f"different layout. Keep the TTL setting, or use a new state name"
-            )
-
-
-# Stored values do not depend on the declared type (an int is stored as an int whatever its TypeInformation), so a
-# type that only admits more values reads the old ones as they are: Flink's "compatible as is".
-_WIDENINGS = frozenset({
-    ("BYTE", "SHORT"), ("BYTE", "INT"), ("BYTE", "LONG"), ("BYTE", "BIG_INT"),
-    ("SHORT", "INT"), ("SHORT", "LONG"), ("SHORT", "BIG_INT"),
-    ("INT", "LONG"), ("INT", "BIG_INT"), ("LONG", "BIG_INT"),
-    ("FLOAT", "DOUBLE"),
-})
-
-
-def _signatures_compatible(old: str, new: str) -> bool:
-    """Equal type signatures match; ``ANY`` (an untyped descriptor) matches any type in the same position, and a
-    type matches the wider types of :data:`_WIDENINGS` (INT to LONG, FLOAT to DOUBLE, ...)."""
-    if old == new:
-        return True
-    old_parts, new_parts = re.split(r"([<>,])", old), re.split(r"([<>,])", new)
-    return len(old_parts) == len(new_parts) and all(
-        a == b or "ANY" in (a, b) or (a, b) in _WIDENINGS for a, b in zip(old_parts, new_parts)
-    )
+        """Raise if state stored under this metadata cannot be read through ``descriptor``, as it is or after a
+        migration (:mod:`keyedstate.state.base.evolution`)."""
+        check_evolution(self, descriptor)
 
 
 @dataclass
@@ -144,6 +112,8 @@ class KeyedStateBackend(KeyContext, ABC):
         KeyContext.__init__(self)
         self._states: dict[str, RegisteredState] = {}
         self._restored_metadata: dict[str, StateMetadata] = {}
+        self.state_incarnations: dict[str, int] = {}
+        """State name -> its current incarnation (see :class:`StateMetadata`), from the Spark restart record."""
         self._raw_columns: dict[str, RawColumn] = {}
         self._pre_snapshot_hooks: list[Callable[[], None]] = []
         self._closed = False
@@ -203,7 +173,7 @@ class KeyedStateBackend(KeyContext, ABC):
                 )
             return registered.primitive
         restored = self._restored_metadata.get(descriptor.name)
-        if restored is not None:
+        if restored is not None and not self.is_stale(restored):
             restored.check_compatible(descriptor)
         codec = EntryCodec(descriptor)
         store = self._create_store(descriptor, codec)
@@ -221,12 +191,42 @@ class KeyedStateBackend(KeyContext, ABC):
                 f"runtime_context.get_state(...) in open()"
             ) from None
 
+    def registered_state_names(self) -> list[str]:
+        return list(self._states)
+
     def state_metadata(self) -> list[StateMetadata]:
         """Metadata of every registered state plus restored states not registered again (they are kept)."""
-        metadata = {name: StateMetadata.of(s.descriptor) for name, s in self._states.items()}
+        metadata = {name: self.metadata_of(s.descriptor) for name, s in self._states.items()}
         for name, restored in self._restored_metadata.items():
             metadata.setdefault(name, restored)
         return list(metadata.values())
+
+    # ---- state schema evolution (keyedstate.state.base.evolution) --------------------------------------------------
+
+    def metadata_of(self, descriptor: StateDescriptor) -> StateMetadata:
+        """What entries written now through ``descriptor`` are stored as."""
+        return StateMetadata.of(descriptor, self.state_incarnations.get(descriptor.name, 0))
+
+    def is_stale(self, stored: StateMetadata) -> bool:
+        """Whether ``stored`` describes data of an earlier incarnation of a state that was dropped since."""
+        return stored.incarnation < self.state_incarnations.get(stored.name, 0)
+
+    def migration_for(self, stored: StateMetadata, descriptor: StateDescriptor) -> Optional[EntryMigration]:
+        """How entries stored under ``stored`` become entries of ``descriptor`` (None: read as they are); raises
+        when they cannot be read."""
+        if stored == self.metadata_of(descriptor):
+            return None
+        return entry_migration(stored, descriptor, self.ttl_clock)
+
+    def drop_unregistered_states(self) -> list[str]:
+        """Delete the data of restored states the function does not register (removed from it); returns their
+        names. Called once every state is registered: before a harness snapshot, after a Spark key group loads."""
+        return []
+
+    def settle_restored_states(self) -> None:
+        """After a key group was loaded into a backend whose states are all registered: migrate entries stored in an
+        older layout that are not migrated yet, and drop the states no longer registered."""
+        self.drop_unregistered_states()
 
     def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
         """The user-facing state object over ``store``; backends may return a specialised subclass."""

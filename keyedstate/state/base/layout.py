@@ -76,8 +76,8 @@ class EntryCodec:
         if not self._check(value):
             raise StateTypeMismatchError(
                 f"state {self._name!r} holds a {type(value).__qualname__} value but its descriptor now declares "
-                f"{self._type_name}; the stored state was written with another type. Keep the old type, or register "
-                f"the new type under a new state name"
+                f"{self._type_name}; the stored state was written with another type. Keep the old type, declare a "
+                f"migration (descriptor.enable_state_migration), or register the new type under a new state name"
             )
         return value
 

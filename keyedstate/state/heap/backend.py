@@ -84,9 +84,19 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def _create_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> Any:
         store = super()._create_store(descriptor, codec)
         pending = self._pending_records.pop(descriptor.name, None)
-        if pending:
-            self._load_into(store, descriptor, codec, pending)
+        stored = self._restored_metadata.get(descriptor.name)
+        if pending and stored is not None and not self.is_stale(stored):
+            self._load_into(store, descriptor, codec, self._migrated(stored, descriptor, pending))
         return store
+
+    def _migrated(self, stored: StateMetadata, descriptor: StateDescriptor,
+                  records: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """Records stored under ``stored`` in ``descriptor``'s layout (the heap migrates a key group at each load
+        until a save writes it in the new layout)."""
+        migrate = self.migration_for(stored, descriptor)
+        if migrate is None:
+            return records
+        return [(stored_key, migrate(entry)) for stored_key, entry in records]
 
     def _create_raw_column(self, name: str) -> RawColumn:
         column = HeapRawColumn(name)
@@ -114,6 +124,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def load_stored_records(self, metadata: StateMetadata, records: Iterable[tuple[bytes, bytes]]) -> int:
         """Add restored records of one state, keeping only owned key groups. Returns how many were kept."""
+        if self.is_stale(metadata):
+            return 0  # written before the state was dropped and registered again: not this state's data
         kept = self._owned_records(records)
         existing = self._restored_metadata.get(metadata.name)
         if existing is not None and existing != metadata:
@@ -124,7 +136,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._restored_metadata[metadata.name] = metadata
         registered = self._states.get(metadata.name)
         if registered is not None:
-            metadata.check_compatible(registered.descriptor)
+            kept = self._migrated(metadata, registered.descriptor, kept)
             self._load_into(registered.store, registered.descriptor, registered.codec, kept)
         else:
             self._pending_records.setdefault(metadata.name, []).extend(kept)
@@ -162,11 +174,19 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for name, registered in self._states.items():
             if registered.store.data:
                 records = list(_records_of(registered.descriptor, registered.codec, registered.store))
-                exported.append((StateMetadata.of(registered.descriptor), records))
+                exported.append((self.metadata_of(registered.descriptor), records))
         for name, records in self._pending_records.items():
             if records and not name.startswith(_RAW_PREFIX):
                 exported.append((self._restored_metadata[name], list(records)))
         return exported
+
+    def drop_unregistered_states(self) -> list[str]:
+        dropped = sorted(name for name in self._pending_records
+                         if not name.startswith(_RAW_PREFIX) and name not in self._states)
+        for name in dropped:
+            del self._pending_records[name]
+            self._restored_metadata.pop(name, None)
+        return dropped
 
     def reset(self) -> None:
         """Drop all data (registrations stay): lets one backend serve many Spark groups one after another."""
@@ -179,6 +199,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self.clear_current_key()
 
     def prepare_snapshot(self) -> None:
+        self.drop_unregistered_states()
         self._run_pre_snapshot_hooks()  # timers flush into their raw column here
         now = self.ttl_clock()
         for registered in self._states.values():

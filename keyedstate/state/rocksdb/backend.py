@@ -104,9 +104,65 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return RocksDBRawColumn(self, RAW_CF_PREFIX + name, name)
 
     def _state_family(self, descriptor: StateDescriptor) -> str:
-        metadata = json.dumps(StateMetadata.of(descriptor).to_json()).encode()
-        self._put_metadata(descriptor.name, metadata)
+        self._evolve_state(descriptor)
         return STATE_CF_PREFIX + descriptor.name
+
+    def _stored_metadata_of(self, name: str) -> Optional[StateMetadata]:
+        stored = self._database.column_families[DEFAULT_CF].get(METADATA_PREFIX + name.encode())
+        return None if stored is None else StateMetadata.from_json(json.loads(stored))
+
+    def _evolve_state(self, descriptor: StateDescriptor) -> None:
+        """Bring the state's stored entries to ``descriptor``'s layout, once per database: entries of a dropped
+        earlier incarnation are deleted, entries in an older layout rewritten (recorded, so the next save stores
+        the migrated entries), and the new metadata written."""
+        current = self.metadata_of(descriptor)
+        stored = self._stored_metadata_of(descriptor.name)
+        if stored == current:
+            return
+        if stored is not None:
+            family = self._database.column_families.get(STATE_CF_PREFIX + descriptor.name)
+            if family is not None:
+                self.write_pending_values(forget=True)
+                if self.is_stale(stored):
+                    family.delete_range(b"", _AFTER_EVERY_KEY)
+                else:
+                    migrate = self.migration_for(stored, descriptor)
+                    if migrate is not None:
+                        self._rewrite_entries(STATE_CF_PREFIX + descriptor.name, migrate)
+        self._put_metadata(descriptor.name, json.dumps(current.to_json()).encode())
+
+    def _rewrite_entries(self, family_name: str, migrate: Any) -> None:
+        database = self._database
+        handle = database.handles[family_name]
+        batch = database.new_batch()
+        for key, value in database.column_families[family_name].items():
+            batch.put(key, migrate(value), handle)
+            if len(batch) >= _CLEANUP_BATCH:
+                database.write(batch)
+                batch = database.new_batch()
+        if len(batch):
+            database.write(batch)
+
+    def settle_restored_states(self) -> None:
+        for registered in self._states.values():
+            self._evolve_state(registered.descriptor)
+        self.drop_unregistered_states()
+
+    def drop_unregistered_states(self) -> list[str]:
+        stored = {metadata.name for metadata in self._stored_metadata()} | set(self.stored_state_names())
+        dropped = sorted(stored - set(self._states))
+        if not dropped:
+            return dropped  # every call of RocksDB mode asks: keep the value stores' memos when nothing changes
+        self.write_pending_values(forget=True)
+        default = self._database.column_families[DEFAULT_CF]
+        for name in dropped:
+            family = self._database.column_families.get(STATE_CF_PREFIX + name)
+            if family is not None:
+                family.delete_range(b"", _AFTER_EVERY_KEY)
+            if default.get(METADATA_PREFIX + name.encode()) is not None:
+                default.delete(METADATA_PREFIX + name.encode())
+            self._restored_metadata.pop(name, None)
+        return dropped
 
     def _stored_metadata(self) -> Iterator[StateMetadata]:
         """The metadata of every state the database describes (registered or not)."""
@@ -180,9 +236,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return exported
 
     def load_stored_records(self, metadata: StateMetadata, records: Iterable[tuple[bytes, bytes]]) -> int:
+        if self.is_stale(metadata):
+            return 0  # written before the state was dropped and registered again: not this state's data
         registered = self._states.get(metadata.name)
+        migrate = None
         if registered is not None:
-            metadata.check_compatible(registered.descriptor)
+            migrate = self.migration_for(metadata, registered.descriptor)
         else:
             self._restored_metadata[metadata.name] = metadata
         self._write_metadata([metadata] if registered is None else [])
@@ -195,7 +254,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         handle = database.handles[family]
         batch = database.new_batch()
         for key, value in kept:
-            batch.put(key, value, handle)
+            batch.put(key, value if migrate is None else migrate(value), handle)
         if len(batch):
             database.write(batch)
         return len(kept)
@@ -260,6 +319,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         return removed
 
     def prepare_snapshot(self) -> None:
+        self.drop_unregistered_states()
         self._run_pre_snapshot_hooks()  # timers flush, value states write what they kept back
         self._cleanup_expired(only_snapshot_cleanup=True)
 

@@ -14,7 +14,7 @@ import os
 from typing import Optional
 
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
-from keyedstate.state.base.backend import StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.backend import TtlClock, system_clock_ms
 from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.db import STATE_CF_PREFIX, RocksDatabase
@@ -95,8 +95,11 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self._attached = True
         self._restored_metadata = {}
         self._load_metadata_from_database()
+        stored = set(self._restored_metadata)
         self._check_registered_against_database()
-        self._write_metadata([StateMetadata.of(r.descriptor) for r in self._states.values()])
+        # States the database describes keep their stored metadata until settle_restored_states migrated them.
+        self._write_metadata([self.metadata_of(r.descriptor) for r in self._states.values() if r.descriptor.name
+                              not in stored])
 
     def close_key_group(self) -> None:
         """Flush and close the attached database (unflushed writes would be lost: the write-ahead log is off)."""
@@ -135,7 +138,8 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         for name, metadata in list(self._restored_metadata.items()):
             registered = self._states.get(name)
             if registered is not None:
-                metadata.check_compatible(registered.descriptor)
+                if not self.is_stale(metadata):
+                    metadata.check_compatible(registered.descriptor)
                 del self._restored_metadata[name]
 
     def _load_metadata_from_database(self) -> None:
