@@ -3,7 +3,8 @@
 # data live in the git-ignored .cache/kafka/.
 #
 #   bash scripts/kafka.sh fetch          download kafka_2.13 + runtime deps (idempotent; fast when present)
-#   bash scripts/kafka.sh fetch-spark    also pre-fetch spark-sql-kafka-0-10 (bench only) into .cache/kafka/spark-jars
+#   bash scripts/kafka.sh fetch-spark    also pre-fetch spark-sql-kafka-0-10 into .cache/kafka/spark-jars (the bench;
+#                                        SPARK_KAFKA_VERSION and SPARK_KAFKA_JARS_DIR: another Spark line's connector)
 #   bash scripts/kafka.sh start [N]      start an N-node (default 1) KRaft cluster on 127.0.0.1, print bootstrap
 #   bash scripts/kafka.sh stop           stop the cluster started by `start`
 #   bash scripts/kafka.sh status         print the bootstrap address if running
@@ -54,7 +55,7 @@ fetch_spark() {
   # pyspark 4.3.0) the newest 4.x connector that exists: SPARK_KAFKA_FALLBACK_VERSION (default 4.2.0).
   local spark_version
   spark_version="${SPARK_KAFKA_VERSION:-$("$ROOT/.venv/bin/python" -c 'import pyspark; print(pyspark.__version__)')}"
-  local dir="$CACHE/spark-jars"
+  local dir="${SPARK_KAFKA_JARS_DIR:-$CACHE/spark-jars}"
   if compgen -G "$dir/.complete-*" >/dev/null; then
     return 0
   fi
