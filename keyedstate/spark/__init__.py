@@ -18,6 +18,16 @@ from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
 from keyedstate.spark.state_frame import read_keyed_state_frame
 from keyedstate.spark.state_reader import read_keyed_state
+from keyedstate.spark.inspection import inspect_keyed_state
+from keyedstate.spark.inspection_plot import plot_inspection
+from keyedstate.spark.inspection_report import (
+    KeyedStateInspection,
+    KeyGroupSummary,
+    LargestKey,
+    StateSummary,
+    StorageSummary,
+    TimerSummary,
+)
 
 __all__ = [
     "EVENT_TIME_MS_COLUMN",
@@ -37,4 +47,12 @@ __all__ = [
     "read_keyed_state",
     "read_keyed_state_frame",
     "SnapshotPolicy",
+    "inspect_keyed_state",
+    "plot_inspection",
+    "KeyedStateInspection",
+    "KeyGroupSummary",
+    "LargestKey",
+    "StateSummary",
+    "StorageSummary",
+    "TimerSummary",
 ]
