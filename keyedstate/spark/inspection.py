@@ -29,9 +29,12 @@ from keyedstate.spark.inspection_report import (
 from keyedstate.spark.state_sizes import key_group_storage_frame, key_sizes_frame
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB
 
-__all__ = ["inspect_keyed_state"]
+__all__ = ["inspect_keyed_state", "FAR_FUTURE_MS"]
 
 logger = logging.getLogger("keyedstate.spark.inspection")
+
+FAR_FUTURE_MS = 253_402_300_800_000
+"""Year 10000: timers due later (Long.MAX_VALUE ones) are counted, not put in the histogram's bins."""
 
 _STATE_ROW_COLUMNS = ["format", "key_groups", "state", "timers", "base_snapshot", "tag"]
 
@@ -183,28 +186,37 @@ def _timers(keys: Any, bins: int, watermark_ms: Optional[int],
     for domain, threshold in thresholds.items():
         if threshold is not None:
             due = F.when(F.col("domain") == domain, (F.col("timestamp") <= threshold).cast("long")).otherwise(due)
-    bounds = (timers.groupBy("domain").agg(F.count(F.lit(1)).alias("count"), F.min("timestamp").alias("first"),
-                                           F.max("timestamp").alias("last"), F.sum(due).alias("due"))
-              .collect())
+    near = F.col("timestamp") < FAR_FUTURE_MS
+    bounds = (timers.groupBy("domain").agg(
+        F.count(F.lit(1)).alias("count"), F.min("timestamp").alias("next"), F.max("timestamp").alias("last"),
+        F.min(F.when(near, F.col("timestamp"))).alias("first_near"),
+        F.max(F.when(near, F.col("timestamp"))).alias("last_near"),
+        F.sum(F.when(near, 0).otherwise(1)).alias("far"), F.sum(due).alias("due")).collect())
     if not bounds:
         return ()
-    widths = {row["domain"]: max(1, math.ceil((row["last"] - row["first"] + 1) / bins)) for row in bounds}
-    firsts = {row["domain"]: row["first"] for row in bounds}
+    # equal-width bins over the timers before FAR_FUTURE_MS (a Long.MAX_VALUE timer would squeeze the rest into one)
+    binned = [row for row in bounds if row["first_near"] is not None]
+    widths = {row["domain"]: max(1, math.ceil((row["last_near"] - row["first_near"] + 1) / bins)) for row in binned}
+    firsts = {row["domain"]: row["first_near"] for row in binned}
     bin_of = F.lit(None).cast("long")
     for domain, width in widths.items():
-        bin_of = F.when(F.col("domain") == domain,
+        bin_of = F.when((F.col("domain") == domain) & near,
                         F.expr(f"(timestamp - {firsts[domain]}L) div {width}L")).otherwise(bin_of)
     counts: dict[str, dict[int, int]] = {}
-    for row in timers.groupBy("domain", bin_of.alias("bin")).count().collect():
-        counts.setdefault(row["domain"], {})[row["bin"]] = row["count"]
+    if binned:
+        for row in timers.where(near).groupBy("domain", bin_of.alias("bin")).count().collect():
+            counts.setdefault(row["domain"], {})[row["bin"]] = row["count"]
     summaries = []
     for row in sorted(bounds, key=lambda r: r["domain"]):
-        domain, first, width = row["domain"], row["first"], widths[row["domain"]]
-        used = (row["last"] - first) // width + 1
-        histogram = tuple((first + b * width, first + (b + 1) * width, counts.get(domain, {}).get(b, 0))
-                          for b in range(used))
-        summaries.append(TimerSummary(domain, row["count"], first, row["last"],
-                                      None if thresholds[domain] is None else int(row["due"] or 0), histogram))
+        domain = row["domain"]
+        histogram: tuple[tuple[int, int, int], ...] = ()
+        if domain in widths:
+            first, width = firsts[domain], widths[domain]
+            histogram = tuple((first + b * width, first + (b + 1) * width, counts.get(domain, {}).get(b, 0))
+                              for b in range((row["last_near"] - first) // width + 1))
+        summaries.append(TimerSummary(domain, row["count"], row["next"], row["last"],
+                                      None if thresholds[domain] is None else int(row["due"] or 0), histogram,
+                                      far_future=int(row["far"] or 0)))
     return tuple(summaries)
 
 

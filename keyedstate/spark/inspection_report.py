@@ -27,7 +27,9 @@ class TimerSummary:
     """The pending timers of one time domain (``"event_time"`` or ``"processing_time"``): how many, the next and the
     last due time (epoch ms), how many are already due (at or before the batch's watermark for event time, at or
     before the batch's timestamp for processing time; they fire in the next batch), and a histogram by due time:
-    ``(bin start, bin end, timers)`` with the end exclusive, equal-width bins from the next to the last due time."""
+    ``(bin start, bin end, timers)`` with the end exclusive, equal-width bins from the next to the last due time.
+    ``far_future``: timers due after the year 9999 (``Long.MAX_VALUE``: "never" or "at the end of the input"),
+    counted in ``count`` but left out of the bins, which they would squeeze into one."""
 
     domain: str
     count: int
@@ -35,6 +37,7 @@ class TimerSummary:
     last_due_ms: int
     due: Optional[int]
     histogram: tuple[tuple[int, int, int], ...]
+    far_future: int = 0
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,8 @@ class KeyedStateInspection:
             peak = max((count for _, _, count in timer.histogram), default=0)
             for start, _, count in timer.histogram:
                 lines.append(f"    from {_time(start)} {count:>12,} {_bar(count, peak)}")
+            if timer.far_future:
+                lines.append(f"    after the year 9999 {timer.far_future:>8,} (not in the bins)")
         if not self.timers:
             lines.append("  (none)")
         if self.key_groups:
