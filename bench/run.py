@@ -77,7 +77,7 @@ PROFILES = {
 KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANTS", "SPARK_BENCH_ROUNDS",
                                                              "SPARK_BENCH_2M_INTERLEAVED_ROUNDS",
                                                              "SPARK_BENCH_HEAVY", "LARGE_STATE_BENCH_VARIANTS",
-                                                             "LARGE_STATE_BENCH_ROUNDS"})
+                                                             "LARGE_STATE_BENCH_ROUNDS", "LARGE_STATE_BENCH_INSPECT"})
 
 
 # Lines of a suite's output worth echoing as progress: test ids and outcomes (-v), the suites' own one-line results.
