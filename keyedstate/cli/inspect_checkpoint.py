@@ -66,6 +66,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from keyedstate.spark import inspect_keyed_state, plot_inspection
+    from keyedstate.spark.inspection_plot import require_matplotlib
 
     storage_options = _storage_options(args.state_storage_option, args.state_storage_options_file,
                                        "--state-storage-option", "--state-storage-options-file")
@@ -74,6 +75,12 @@ def run(args: argparse.Namespace) -> int:
     conf = key_value_pairs(args.conf, "--conf", COMMAND)
     warn_about_secrets(conf, "--conf", COMMAND, "put it in --properties-file, or use the AWS_* environment")
     conf.update(properties_file(args.properties_file, "--properties-file", COMMAND))
+    if args.plot:
+        try:
+            require_matplotlib()
+        except KeyedStateError as error:
+            print(f"keyedstate {COMMAND}: {type(error).__name__}: {error}", file=sys.stderr)
+            return EXIT_FAILED
     spark, ours = _spark_session(args, conf)
     try:
         inspection = inspect_keyed_state(

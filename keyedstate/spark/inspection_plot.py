@@ -10,7 +10,7 @@ from typing import Any, Union
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark.inspection_report import KeyedStateInspection
 
-__all__ = ["plot_inspection"]
+__all__ = ["plot_inspection", "require_matplotlib"]
 
 
 def plot_inspection(inspection: KeyedStateInspection, path: Union[str, os.PathLike[str]]) -> None:
@@ -20,13 +20,10 @@ def plot_inspection(inspection: KeyedStateInspection, path: Union[str, os.PathLi
     Needs matplotlib (``pip install "keyedstate[plot]"``); without it raises
     :class:`~keyedstate.errors.ConfigurationError` saying so. Uses no pyplot state, so it is safe in notebooks and
     servers alike."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise ConfigurationError(
-            f"plotting the inspection needs matplotlib, which is not installed ({error}): "
-            f"pip install \"keyedstate[plot]\" (or matplotlib), or leave out --plot") from error
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(13, 9), layout="constrained")
     FigureCanvasAgg(figure)
     figure.suptitle(f"{inspection.checkpoint}\nbatch {inspection.batch_id}, {inspection.backend}: "
@@ -38,6 +35,18 @@ def plot_inspection(inspection: KeyedStateInspection, path: Union[str, os.PathLi
     _key_sizes(sizes, inspection)
     _timers(timers, inspection)
     figure.savefig(os.fspath(path), dpi=100)
+
+
+def require_matplotlib() -> None:
+    """Raise :class:`~keyedstate.errors.ConfigurationError` saying how to install matplotlib when it is missing
+    (the command checks before it spends minutes on the inspection)."""
+    try:
+        import matplotlib.backends.backend_agg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+    except ImportError as error:
+        raise ConfigurationError(
+            f"plotting the inspection needs matplotlib, which is not installed ({error}): "
+            f"pip install \"keyedstate[plot]\" (or matplotlib), or leave out --plot") from error
 
 
 def _key_groups(axes: Any, inspection: KeyedStateInspection) -> None:

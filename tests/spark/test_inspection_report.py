@@ -50,8 +50,13 @@ def test_the_plot_is_a_png(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_without_matplotlib_plotting_says_how_to_install_it(tmp_path, monkeypatch):
+def test_without_matplotlib_plotting_says_how_to_install_it(tmp_path, monkeypatch, capsys):
+    from keyedstate.cli import main
+
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import fails as if not installed
     with pytest.raises(ConfigurationError, match=r'pip install "keyedstate\[plot\]"'):
         plot_inspection(inspection(), tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+    # the command says so before it starts Spark or reads anything
+    assert main(["inspect", str(tmp_path / "no-checkpoint"), "--plot", str(tmp_path / "x.png")]) == 1
+    assert 'pip install "keyedstate[plot]"' in capsys.readouterr().err
