@@ -15,13 +15,18 @@ import sys
 from typing import Any
 
 from keyedstate.cli import EXIT_FAILED, EXIT_OK
-from keyedstate.cli.options import key_value_pairs, options_file, properties_file, warn_about_secrets
+from keyedstate.cli.options import (
+    key_value_pairs,
+    options_file,
+    properties_file,
+    storage_option_pairs,
+    warn_about_secrets,
+)
 from keyedstate.errors import KeyedStateError, unwrap
 
 __all__ = ["register", "run"]
 
 COMMAND = "inspect"
-_NUMERIC_STORAGE_OPTIONS = frozenset({"retry_seconds", "connect_timeout", "request_timeout"})
 
 
 def register(subparsers: Any) -> None:
@@ -105,13 +110,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _storage_options(pairs: list[str], path: Any, flag: str, file_flag: str) -> dict[str, Any]:
-    given: dict[str, Any] = key_value_pairs(pairs, flag, COMMAND)
+    given = storage_option_pairs(pairs, flag, COMMAND)
     warn_about_secrets(given, flag, COMMAND, f"put it in {file_flag}, or use the AWS_* environment")
-    for key in given.keys() & _NUMERIC_STORAGE_OPTIONS:
-        try:
-            given[key] = float(given[key])
-        except ValueError:
-            pass  # the storage options' own check names the option and the value
     return {**given, **options_file(path, file_flag, COMMAND)}
 
 

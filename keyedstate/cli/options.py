@@ -12,7 +12,10 @@ from typing import Any, Optional
 from keyedstate.cli import EXIT_USAGE
 from keyedstate.redaction import is_secret
 
-__all__ = ["key_value_pairs", "options_file", "properties_file", "warn_about_secrets"]
+__all__ = ["key_value_pairs", "storage_option_pairs", "options_file", "properties_file", "warn_about_secrets"]
+
+# state_storage_options that are numbers; every other option (a key, a region, an endpoint) is text
+_NUMERIC_STORAGE_OPTIONS = frozenset({"retry_seconds", "connect_timeout", "request_timeout"})
 
 _PROPERTY = re.compile(r"^([^\s=]+)\s*[=\s]\s*(.*)$")
 
@@ -30,6 +33,17 @@ def key_value_pairs(values: list[str], flag: str, command: str) -> dict[str, str
         if not sep or not key:
             _usage_error(command, f"{flag} takes KEY=VALUE, got {value!r}")
         pairs[key.strip()] = text
+    return pairs
+
+
+def storage_option_pairs(values: list[str], flag: str, command: str) -> dict[str, Any]:
+    """:func:`key_value_pairs` of storage options, with the numeric ones (``retry_seconds``, ...) as numbers."""
+    pairs: dict[str, Any] = key_value_pairs(values, flag, command)
+    for key in pairs.keys() & _NUMERIC_STORAGE_OPTIONS:
+        try:
+            pairs[key] = float(pairs[key])
+        except ValueError:
+            pass  # the storage options' own check names the option and the value
     return pairs
 
 
