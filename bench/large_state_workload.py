@@ -35,6 +35,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import spark_workloads as W  # noqa: E402
+from inspect_memory import measure_inspection  # noqa: E402
 from run_sampling import WorkerMemory, bytes_written, files_under  # noqa: E402
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa: E402
 
@@ -42,6 +43,12 @@ VARIANTS = ("heap", "rocksdb", "rocksdb_kg8", "rocksdb_s3", "tws")
 FEW_KEY_GROUPS = 8  # rocksdb_kg8: num_key_groups near the shuffle partition count (4), as docs/spark.md suggests
 TIMEOUT_MS = 30 * 24 * 3_600_000  # far beyond the events' span: timers stay pending
 BATCH_SPACING_MS = 60_000  # later batch b has event times in [SPAN + b min, SPAN + (b+1) min): never late
+# variants whose checkpoint the inspector reads after the last measured batch (its driver memory: issue 33)
+INSPECT_VARIANTS = tuple(v.strip() for v in os.environ.get("LARGE_STATE_BENCH_INSPECT", "heap,rocksdb").split(",")
+                         if v.strip())
+# 200k and 4M show whether its driver memory grows with the keys; every size would add minutes of full state reads
+INSPECT_SIZES = tuple(v.strip() for v in os.environ.get("LARGE_STATE_BENCH_INSPECT_SIZES", "smoke,200k,4M").split(",")
+                      if v.strip())
 PAYLOAD_HEX_CHARS = 64  # pickled (payload, ts) tuple ~85 bytes; tws's UnsafeRow (payload, last) 88 bytes
 INPUT_SCHEMA = "key STRING, ts TIMESTAMP, payload STRING"
 OUTPUT_SCHEMA = "key STRING, payload STRING, last BIGINT"
@@ -292,10 +299,17 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
             _check_output(variant, {r["key"]: (r["payload"], r["last"]) for r in spark.table(name).collect()},
                           expected_output(size, later_batches))
         query.stop()
+    inspected = {}
+    if variant in INSPECT_VARIANTS and size.name in INSPECT_SIZES:
+        # the last measured batch: every key with its value and one timer (validation's later batches fire them)
+        inspected = measure_inspection(spark, checkpoint, later_batches, size.keys,
+                                       s3.storage_options() if s3 is not None else None)
+        print(f"[large-state] {variant} {size.name}: inspector {inspected['inspect_s']:.1f} s, driver Python peak "
+              f"{inspected['inspect_driver_python_peak_mb']:.1f} MB", flush=True)
     spark.stop()
     if s3 is not None:
         s3.kill()
-    return summarize(variant, size, batches, memory.peaks, validate, scratch)
+    return {**summarize(variant, size, batches, memory.peaks, validate, scratch), **inspected}
 
 
 def summarize(variant: str, size: Size, batches: list[dict], peaks: dict[int, int], validated: bool,

@@ -194,7 +194,29 @@ def section(rows: list[dict], plot: bool) -> list[str]:
                   f"its {tws[-1]:,}-key figure stands in for larger sizes in the targets.", ""]
     if plot:
         lines += ["![later-batch time against keys of state](large_state.png)", ""]
-    return lines
+    return lines + _inspector(runs)
+
+
+def _inspector(runs: dict) -> list[str]:
+    """The checkpoint inspector's driver memory on the same checkpoints (issue 33; bench/inspect_memory.py)."""
+    measured = [(keys, variant, r) for (variant, keys), rs in sorted(runs.items(), key=lambda item: item[0][1])
+                for r in rs if "inspect_s" in r]
+    if not measured:
+        return []
+    lines = ["### Checkpoint inspector (issue 33)", "",
+             "`inspect_keyed_state` on the run's checkpoint after its last measured batch, in the run's driver "
+             "process: **driver Python peak MB** is tracemalloc's peak of the Python heap while it runs, **driver "
+             "RSS growth MB** the process's peak resident memory (VmHWM, reset before it starts) minus its resident "
+             "memory before. The JVM (in local mode the driver and the executors) is not included. The inspector "
+             "checks that it found every key and timer.", "",
+             "| keys of state | variant | inspect s | driver Python peak MB | driver RSS growth MB | key groups | "
+             "state MB |", "|---:|---|---:|---:|---:|---:|---:|"]
+    for keys, variant, r in measured:
+        growth = r.get("inspect_driver_rss_growth_mb")
+        lines.append(f"| {keys:,} | {LABELS[variant]} | {r['inspect_s']:.1f} | "
+                     f"**{r['inspect_driver_python_peak_mb']:.1f}** | {'-' if growth is None else f'{growth:.1f}'} | "
+                     f"{r['inspect_key_groups']} | {r['inspect_state_bytes'] / 1e6:,.1f} |")
+    return lines + [""]
 
 
 def plot(rows: list[dict], path: Path) -> bool:

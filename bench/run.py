@@ -9,9 +9,10 @@ would compete for the two cores and distort each other). A failing suite does no
 or partial and the report says so, which is more useful after a 40-minute run than nothing.
 
 Profiles (environment variables the user already set win over the profile):
-  default  ~55-65 min idle: Spark at 200k and 2M, except per_key and PyFlink at 2M (~16 min and ~85 min
+  default  ~60-70 min idle: Spark at 200k and 2M, except per_key and PyFlink at 2M (~16 min and ~85 min
            projected); the report shows those two as "not measured" with the projection. Large state (~22 min,
-           projected from smoke runs) at 200k, 1M and 4M keys, tws at 200k only (filling 4M keys through tws takes
+           projected from smoke runs, plus ~5 estimated for the checkpoint inspector at 200k and 4M keys) at 200k,
+           1M and 4M keys, tws at 200k only (filling 4M keys through tws takes
            about an hour; its per-batch cost does not grow with state, so 200k stands in and the report says so).
   full     the complete matrix (adds per_key and PyFlink at 2M, tws at 1M and 4M keys of large state: ~4 h).
   smoke    tiny sizes everywhere, a few minutes; checks the pipeline, the numbers mean nothing.
@@ -43,7 +44,7 @@ SUITES = {
     "kafka": ("bench/test_kafka_source.py", 4),
     "kafka_sink": ("bench/test_kafka_sink_bench.py", 5),
     "spark": ("bench/test_spark_bench.py", 27),
-    "large_state": ("bench/test_large_state_bench.py", 22),
+    "large_state": ("bench/test_large_state_bench.py", 27),  # 22 + ~5 for the checkpoint inspector (estimated)
     "savepoint": ("bench/test_savepoint_bench.py", 8),
 }
 
@@ -79,7 +80,8 @@ PROFILES = {
 KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANTS", "SPARK_BENCH_ROUNDS",
                                                              "SPARK_BENCH_2M_INTERLEAVED_ROUNDS",
                                                              "SPARK_BENCH_HEAVY", "LARGE_STATE_BENCH_VARIANTS",
-                                                             "LARGE_STATE_BENCH_ROUNDS"})
+                                                             "LARGE_STATE_BENCH_ROUNDS", "LARGE_STATE_BENCH_INSPECT",
+                                                             "LARGE_STATE_BENCH_INSPECT_SIZES"})
 
 
 # Lines of a suite's output worth echoing as progress: test ids and outcomes (-v), the suites' own one-line results.

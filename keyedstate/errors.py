@@ -34,6 +34,7 @@ __all__ = [
     "RestartSettingsChangedError",
     "NoSpaceLeftError",
     "CleanupRefusedError",
+    "CheckpointNotInspectableError",
     "InvalidTimestampError",
     "UserFunctionError",
     "InvalidOutputError",
@@ -134,6 +135,13 @@ class CleanupRefusedError(KeyedStateError):
     """The clean-up after a query refused: the query may still run, or its checkpoint still needs the state.
 
     Raised by :func:`keyedstate.cleanup.clean_up_query` unless ``force=True``."""
+
+
+class CheckpointNotInspectableError(ConfigurationError):
+    """The checkpoint inspector cannot read the batch asked for: the location is no Spark checkpoint, no batch is
+    committed yet, the batch is not (or no longer) retained, or the checkpoint has no keyed_process state.
+
+    Raised by :func:`keyedstate.spark.inspect_keyed_state` before any state is read."""
 
 
 class InvalidTimestampError(KeyedStateError, ValueError):

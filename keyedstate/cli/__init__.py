@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 
 __all__ = ["COMMANDS", "main", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_REFUSED"]
 
-COMMANDS = ("keyedstate.cli.cleanup",)
+COMMANDS = ("keyedstate.cli.cleanup", "keyedstate.cli.inspect_checkpoint")
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # a keyedstate error: the message says what to fix

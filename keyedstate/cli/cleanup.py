@@ -10,13 +10,13 @@ import argparse
 import sys
 from typing import Any
 
-from keyedstate.cli import EXIT_FAILED, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from keyedstate.cli import EXIT_FAILED, EXIT_OK, EXIT_REFUSED
+from keyedstate.cli.options import key_value_pairs, storage_option_pairs
 from keyedstate.errors import CleanupRefusedError, KeyedStateError
 
 __all__ = ["register", "run"]
 
-# state_storage_options that are numbers; every other option (a key, a region, an endpoint) is text
-_NUMERIC_STORAGE_OPTIONS = frozenset({"retry_seconds", "connect_timeout", "request_timeout"})
+COMMAND = "cleanup"
 
 
 def register(subparsers: Any) -> None:
@@ -60,11 +60,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = clean_up_query(
             args.checkpoint, state_storage=args.state_storage,
-            state_storage_options=_pairs(args.state_storage_option, "--state-storage-option") or None,
+            state_storage_options=storage_option_pairs(args.state_storage_option, "--state-storage-option",
+                                                       COMMAND) or None,
             state_local_dir=args.state_local_dir, bootstrap_servers=args.bootstrap_servers,
-            kafka_options=_pairs(args.kafka_option, "--kafka-option", numbers=False) or None,
+            kafka_options=key_value_pairs(args.kafka_option, "--kafka-option", COMMAND) or None,
             transactional_id_prefix=args.transactional_id_prefix,
-            checkpoint_options=_pairs(args.checkpoint_option, "--checkpoint-option") or None,
+            checkpoint_options=storage_option_pairs(args.checkpoint_option, "--checkpoint-option", COMMAND) or None,
             delete_checkpoint=args.delete_checkpoint,
             idle_seconds=DEFAULT_IDLE_SECONDS if args.idle_seconds is None else args.idle_seconds,
             dry_run=args.dry_run, force=args.force)
@@ -77,20 +78,3 @@ def run(args: argparse.Namespace) -> int:
     print(report.describe())
     return EXIT_OK
 
-
-def _pairs(values: list[str], flag: str, numbers: bool = True) -> dict[str, Any]:
-    pairs: dict[str, Any] = {}
-    for value in values:
-        key, sep, text = value.partition("=")
-        if not sep or not key:
-            print(f"keyedstate cleanup: {flag} takes KEY=VALUE, got {value!r}", file=sys.stderr)
-            raise SystemExit(EXIT_USAGE)
-        pairs[key] = _number(text) if numbers and key in _NUMERIC_STORAGE_OPTIONS else text
-    return pairs
-
-
-def _number(text: str) -> Any:
-    try:
-        return float(text)
-    except ValueError:
-        return text  # the storage options' own check names the option and the value

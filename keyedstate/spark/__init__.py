@@ -19,6 +19,16 @@ from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
 from keyedstate.spark.savepoints import Savepoint, read_savepoint, stop_with_savepoint, write_savepoint
 from keyedstate.spark.state_frame import read_keyed_state_frame
 from keyedstate.spark.state_reader import read_keyed_state
+from keyedstate.spark.inspection import inspect_keyed_state
+from keyedstate.spark.inspection_plot import plot_inspection
+from keyedstate.spark.inspection_report import (
+    KeyedStateInspection,
+    KeyGroupSummary,
+    LargestKey,
+    StateSummary,
+    StorageSummary,
+    TimerSummary,
+)
 
 __all__ = [
     "EVENT_TIME_MS_COLUMN",
@@ -42,4 +52,12 @@ __all__ = [
     "write_savepoint",
     "stop_with_savepoint",
     "read_savepoint",
+    "inspect_keyed_state",
+    "plot_inspection",
+    "KeyedStateInspection",
+    "KeyGroupSummary",
+    "LargestKey",
+    "StateSummary",
+    "StorageSummary",
+    "TimerSummary",
 ]

@@ -24,7 +24,7 @@ from keyedstate.state.descriptors import StateDescriptor
 from timers import decode_key_group_blob
 from timers.codec import decode_record
 
-__all__ = ["read_keyed_state", "decode_state_row"]
+__all__ = ["read_keyed_state", "decode_state_row", "stored_records"]
 
 _PICKLE = PickleValueCodec()
 
@@ -45,15 +45,27 @@ def decode_state_row(row: StateRow, descriptors: Sequence[StateDescriptor] = (),
     RocksDB-mode row's files are read from the storage the row names, or from ``state_storage`` (the directory
     holding the ``kg-NNNNN`` directories) when they were moved.
     """
+    states, timers = stored_records(row, state_storage, state_storage_options)
+    return _assemble(states, timers, descriptors)
+
+
+StoredStates = list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]
+StoredTimers = list[tuple[str, Any]]
+
+
+def stored_records(row: StateRow, state_storage: Optional[str] = None,
+                   state_storage_options: Optional[Mapping[str, Any]] = None) -> tuple[StoredStates, StoredTimers]:
+    """One key group's records as stored, undecoded: ``([(state metadata, [(stored key, entry), ...]), ...],
+    [(domain, InternalTimer), ...])``; a RocksDB-mode row's version is restored as for :func:`decode_state_row`."""
     if row.format == STATE_ROW_FORMAT_ROCKSDB:
-        return _decode_rocksdb_version(VersionRecord.from_bytes(row.state), row.key_groups, descriptors, state_storage,
-                                       state_storage_options)
+        return _rocksdb_version_records(VersionRecord.from_bytes(row.state), row.key_groups, state_storage,
+                                        state_storage_options)
     states = [(StateMetadata.from_json(metadata), records) for metadata, records in decode_state_payload(row.state)]
-    timers: list[tuple[str, Any]] = []
+    timers: StoredTimers = []
     if row.timers:
         _, event_timers, processing_timers = decode_key_group_blob(row.timers)
         timers = [("event_time", t) for t in event_timers] + [("processing_time", t) for t in processing_timers]
-    return _assemble(states, timers, descriptors)
+    return states, timers
 
 
 def _assemble(states: Iterable[tuple[StateMetadata, Iterable[tuple[bytes, bytes]]]], timers: Iterable[tuple[str, Any]],
@@ -82,14 +94,13 @@ def _assemble(states: Iterable[tuple[StateMetadata, Iterable[tuple[bytes, bytes]
     return result
 
 
-def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descriptors: Sequence[StateDescriptor],
-                            state_storage: Optional[str],
-                            state_storage_options: Optional[Mapping[str, Any]]) -> dict[Any, dict[str, Any]]:
+def _rocksdb_version_records(record: VersionRecord, num_key_groups: int, state_storage: Optional[str],
+                             state_storage_options: Optional[Mapping[str, Any]]) -> tuple[StoredStates, StoredTimers]:
     from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 
     first = record.base or (record.changelogs[0] if record.changelogs else None)
     if first is None:
-        return {}
+        return [], []
     key_group = int(first.path.split("/", 1)[0][len("kg-"):])
     storage = CheckpointStorage(state_storage or without_credentials(record.location), options=state_storage_options)
     versions = KeyGroupVersions(storage, key_group, num_key_groups)
@@ -106,7 +117,7 @@ def _decode_rocksdb_version(record: VersionRecord, num_key_groups: int, descript
             for name in backend.raw_column_names():
                 domain = "event_time" if name.startswith("_timer_state/event_") else "processing_time"
                 timers += [(domain, decode_record(k, v)) for k, v in backend.iter_raw_column_records(name)]
-            return _assemble(states, timers, descriptors)
+            return states, timers
         finally:
             backend.close()
 
