@@ -47,6 +47,7 @@ from keyedstate.spark.group_elements import (
 from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.base.layout import key_group_prefix
+from keyedstate.state.base.backend import StateMetadata
 
 __all__ = ["GroupFunctionSpec", "make_group_function", "METRICS_TAG", "METRICS_SCHEMA_DDL"]
 
@@ -171,8 +172,10 @@ class _GroupRuntime:
                                     options=spec.state_storage_options)
         backend = self.backend
         descriptors = [backend.registered_state(name).descriptor for name in backend.registered_state_names()]
-        backend.state_incarnations = check_restart_settings(storage, spec.restart_settings(), descriptors, batch_id,
-                                                            self.call_name)
+        starting = spec.initial_state.recorded_states if spec.initial_state is not None else ()
+        backend.state_incarnations = check_restart_settings(
+            storage, spec.restart_settings(), descriptors, batch_id, self.call_name,
+            starting_states=[StateMetadata.from_json(state) for state in starting])
         self._checked_queries.add(query_id)
 
     def _task_info(self) -> dict[str, int]:

@@ -131,17 +131,30 @@ def _state_change(recorded: StateMetadata, descriptor: Optional[StateDescriptor]
 _Entry = tuple[StateMetadata, int]  # a state's metadata and the batch it was recorded in
 
 
+def _check_starting_states(starting: Iterable[StateMetadata], descriptors: dict[str, StateDescriptor], batch: int,
+                           call: str) -> None:
+    problems = [problem for state in starting if (problem := _state_change(state, descriptors.get(state.name)))]
+    if problems:
+        raise RestartSettingsChangedError(
+            f"{call} cannot start from its savepoint (batch {batch} would be the first of this run; nothing was "
+            f"committed): " + "; ".join(problems))
+
+
 def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings,
-                           states: Iterable[StateDescriptor], batch_id: Optional[int], call: str) -> dict[str, int]:
+                           states: Iterable[StateDescriptor], batch_id: Optional[int], call: str,
+                           starting_states: Iterable[StateMetadata] = ()) -> dict[str, int]:
     """Compare ``settings`` and the function's registered ``states`` (their descriptors, which may declare
     migrations) with the record in ``storage``; raise before anything runs when the committed state cannot be used
     with them, else record what is new. Returns each registered state's incarnation when not 0 (see
     :class:`~keyedstate.state.base.backend.StateMetadata`): a state dropped and registered again must not read
-    what an earlier incarnation left in key groups not written since."""
+    what an earlier incarnation left in key groups not written since. ``starting_states``: the states recorded by
+    the query a savepoint was written from, which a new query's first run is checked against the same way."""
     descriptors = {descriptor.name: descriptor for descriptor in states}
     registered = {name: StateMetadata.of(descriptor) for name, descriptor in descriptors.items()}
     batch = batch_id if batch_id is not None else 0
     record = _read(storage)
+    if record is None or record[1] >= batch:
+        _check_starting_states(starting_states, descriptors, batch, call)
     if record is None:
         if batch > 0:
             logger.warning(

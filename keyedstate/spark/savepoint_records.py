@@ -127,10 +127,14 @@ class SourceDecoder:
 
     ``source``: ``"rows"`` (the checkpoint's state rows: ``format, key_groups, state, timers, base_snapshot, tag``)
     or ``"files"`` (``key_group, entry``: a savepoint's or bootstrap's row file, read from ``location``).
-    ``location``: where RocksDB-format rows' version files are (None: where each row says they were written)."""
+    ``location``: where RocksDB-format rows' version files are (None: where each row says they were written).
+    ``live_states``: each state the query held at the batch, by name, with its incarnation (None: copy every state).
+    Entries of a state dropped since, or of an earlier incarnation left in key groups not written since the drop,
+    are not copied: the query itself would never read them."""
 
     def __init__(self, source: str, key_types: tuple[str, ...], source_groups: Optional[int], target_groups: int,
-                 location: Optional[str], options: Optional[StorageOptions], local_dir: Optional[str]) -> None:
+                 location: Optional[str], options: Optional[StorageOptions], local_dir: Optional[str],
+                 live_states: Optional[Mapping[str, int]] = None) -> None:
         self.source = source
         self.key_types = key_types
         self.source_groups = source_groups
@@ -138,6 +142,10 @@ class SourceDecoder:
         self.location = location
         self.options = options
         self.local_dir = local_dir
+        self.live_states = live_states
+
+    def _live(self, metadata: Mapping[str, Any]) -> bool:
+        return self.live_states is None or self.live_states.get(metadata["name"]) == metadata.get("incarnation", 0)
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd
@@ -177,6 +185,8 @@ class SourceDecoder:
             return
         source_group = None
         for metadata, records in decode_state_payload(row.state):
+            if not self._live(metadata):
+                continue
             for stored_key, entry in records:
                 source_group = (stored_key[0] << 8) | stored_key[1]
                 chunks.add_state(router.target(stored_key, KEY_GROUP_PREFIX_BYTES, source_group), metadata,
@@ -207,7 +217,7 @@ class SourceDecoder:
                     backend.replay(changelog)
                 metadata = {m.name: m.to_json() for m in backend.state_metadata()}
                 for name in backend.stored_state_names():
-                    if name in metadata:
+                    if name in metadata and self._live(metadata[name]):
                         _add_states(chunks, router, metadata[name], backend.iter_stored_records(name), key_group)
                 for column in backend.raw_column_names():
                     for key, value in backend.iter_raw_column_records(column):

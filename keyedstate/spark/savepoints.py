@@ -176,7 +176,7 @@ def write_savepoint(
     chunks = None
     for kind, frame, location, options in found.parts:
         decoder = SourceDecoder(kind, found.key_types, found.num_key_groups, target_groups, location, options,
-                                state_local_dir)
+                                state_local_dir, _live_states(found.section))
         part = frame.mapInPandas(decoder, CHUNK_SCHEMA)
         chunks = part if chunks is None else chunks.unionByName(part)
     results: list[Any] = []
@@ -299,3 +299,17 @@ def _stop_between_batches(query: Any, timeout_seconds: float) -> None:
             break
         time.sleep(0.01)
     query.stop()
+
+
+def _live_states(section: Mapping[str, Any]) -> Optional[dict[str, int]]:
+    """The states the source query held at the savepoint's batch, by name, with their incarnations (None when it
+    recorded none: a savepoint or bootstrap as the source, or a checkpoint older than the record)."""
+    record = section.get("query_settings")
+    if not record:
+        return None
+    batch = section.get("batch_id")
+    live = {state["name"]: int(state.get("incarnation", 0)) for state in record.get("states", ())}
+    for state in record.get("dropped_states", ()):  # dropped after the savepoint's batch: still live at it
+        if batch is not None and int(state["dropped_batch"]) > int(batch):
+            live.setdefault(state["name"], int(state.get("incarnation", 0)))
+    return live

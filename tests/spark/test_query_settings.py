@@ -12,6 +12,7 @@ from keyedstate import Types, ValueStateDescriptor
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import RestartSettingsChangedError
 from keyedstate.spark.query_settings import SETTINGS_RECORD, QuerySettings, check_restart_settings
+from keyedstate.state.base.backend import StateMetadata
 
 SETTINGS = QuerySettings(key_types=("string",), num_key_groups=4, key_group_layout="balanced", state_backend="heap",
                          time_mode="event_time", initial_state=None)
@@ -109,3 +110,18 @@ def test_a_checkpoint_without_a_record_gets_one_with_a_warning(storage, caplog):
     with pytest.raises(RestartSettingsChangedError):
         check_restart_settings(storage, replace(SETTINGS, key_types=("bigint",)), [state("count")], 8,
                                "keyed_process")
+
+
+def test_a_query_started_from_a_savepoint_is_checked_against_the_savepoints_states_before_its_first_batch(storage):
+    saved = [StateMetadata.of(state("count", Types.INT())), StateMetadata.of(state("label", Types.STRING()))]
+    with pytest.raises(RestartSettingsChangedError) as raised:
+        check_restart_settings(storage, SETTINGS, [state("count"), state("label", Types.LONG())], 0, "keyed_process",
+                               starting_states=saved)
+    message = str(raised.value)
+    assert message.startswith("keyed_process cannot start from its savepoint (batch 0")
+    assert "'label'" in message and "enable_state_migration" in message
+    assert "'count'" not in message  # INT widened to LONG: compatible as is
+    assert not storage.exists(SETTINGS_RECORD)  # nothing recorded by a refused start
+    check_restart_settings(storage, SETTINGS, [state("count"), state("renamed")], 0, "keyed_process",
+                           starting_states=saved)  # a widened type, an added and a removed state are fine
+    assert [s["name"] for s in record(storage)["states"]] == ["count", "renamed"]

@@ -71,3 +71,13 @@ def test_key_types_that_do_not_match_the_keys_are_refused():
     decoder = SourceDecoder("rows", ("int",), 4, 8, None, None, None)  # the keys were hashed as bigint
     with pytest.raises(ConfigurationError, match="would misplace its state. Pass key_schema"):
         decoded(decoder, rows(4))
+
+
+def test_entries_of_a_dropped_state_or_an_earlier_incarnation_are_not_copied():
+    current = SourceDecoder("rows", ("bigint",), 4, 4, None, None, None, live_states={"count": 0})
+    assert sum(len(records) for records, _ in decoded(current, rows(4)).values()) == len(KEYS)
+    for live in ({"count": 1}, {"other": 0}):  # registered again since (a new incarnation), or dropped
+        stale = SourceDecoder("rows", ("bigint",), 4, 4, None, None, None, live_states=live)
+        by_group = decoded(stale, rows(4))
+        assert sum(len(records) for records, _ in by_group.values()) == 0
+        assert sum(len(timers) for _, timers in by_group.values()) == len(KEYS)  # timers are the key's, kept

@@ -67,6 +67,9 @@ class InitialState:
     watermark_ms: Optional[int] = None
     """A savepoint's: the watermark the source query would have run its next batch with. The new query's
     watermark never falls below it, so timers and late elements behave as if the old query had continued."""
+    recorded_states: tuple[dict[str, Any], ...] = ()
+    """A savepoint's: the states its query recorded (metadata JSON), which a query starting from it is checked
+    against before it loads anything."""
 
     def holds(self, key_group: int) -> bool:
         return key_group in self.rows
@@ -186,9 +189,12 @@ def resolve_initial_state(initial_state: Union[str, os.PathLike[str], KeyedState
             f"query's key columns have types ({', '.join(key_types)}); a key's key group depends on its type. Cast "
             f"the key columns to the same types")
     rows = {int(key_group): FileEntry.from_json(entry) for key_group, entry in body["rows"].items()}
-    watermark = (body.get("savepoint") or {}).get("next_batch_watermark_ms")
+    savepoint = body.get("savepoint") or {}
+    watermark = savepoint.get("next_batch_watermark_ms")
+    recorded = (savepoint.get("query_settings") or {}).get("states") or ()
     return InitialState(path, str(body["bootstrap_id"]), rows, options,
-                        int(watermark) if watermark is not None else None)
+                        int(watermark) if watermark is not None else None,
+                        tuple({k: v for k, v in state.items() if k != "since_batch"} for state in recorded))
 
 
 def check_origin(key_group: int, recorded: Optional[str], initial: Optional[InitialState]) -> None:
