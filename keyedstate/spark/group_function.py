@@ -32,6 +32,7 @@ from keyedstate.spark.compat import (
     task_partition_id,
     watermark_or_none,
 )
+from keyedstate.checkpoint.locations import join_location
 from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
 from keyedstate.spark.outputs import OutputLayout
@@ -175,7 +176,9 @@ class _GroupRuntime:
         starting = spec.initial_state.recorded_states if spec.initial_state is not None else ()
         backend.state_incarnations = check_restart_settings(
             storage, spec.restart_settings(), descriptors, batch_id, self.call_name,
-            starting_states=[StateMetadata.from_json(state) for state in starting])
+            starting_states=[StateMetadata.from_json(state) for state in starting],
+            query_storage=CheckpointStorage(join_location(spec.state_storage, query_id),
+                                            options=spec.state_storage_options), uid=spec.uid)
         self._checked_queries.add(query_id)
 
     def _task_info(self) -> dict[str, int]:

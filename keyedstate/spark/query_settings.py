@@ -131,6 +131,32 @@ def _state_change(recorded: StateMetadata, descriptor: Optional[StateDescriptor]
 _Entry = tuple[StateMetadata, int]  # a state's metadata and the batch it was recorded in
 
 
+def _record_of_another_uid(query_storage: CheckpointStorage, uid: str, settings: QuerySettings, batch: int,
+                           call: str) -> Optional[tuple[QuerySettings, int, dict[str, _Entry], dict[str, Any]]]:
+    """The binding record another ``uid`` of this query wrote, when exactly one did: this operator ran under that
+    uid. In RocksDB mode its state files are below that uid's directory, so the change is refused."""
+    others = []
+    for name, is_dir, _ in query_storage.list_entries("") if query_storage.exists() else ():
+        if is_dir and name != uid:
+            other = _read(CheckpointStorage(join_location(query_storage.location, name),
+                                            options=query_storage.options))
+            if other is not None and other[1] < batch:  # committed before this batch: not an operator's first run
+                others.append((name, other))
+    if len(others) != 1:  # none, or several operators of one query: nothing tells which one this was
+        return None
+    old_uid, other = others[0]
+    if settings.state_backend != "heap":
+        raise RestartSettingsChangedError(
+            f"{call} cannot restart on this checkpoint (batch {batch} would be the first of this run; nothing was "
+            f"committed): its state was written with uid={old_uid!r}, but it now runs with uid={uid!r}; its RocksDB "
+            f"state lives below the uid's directory of state_storage. Keep uid={old_uid!r} (pass it to {call}; "
+            f"the default uid is derived from the function's class name), or move the state to the new uid through "
+            f"a savepoint (stop_with_savepoint, then initial_state= in a query with a new checkpoint)")
+    logger.warning("%s: this query's settings were recorded under uid %r; it now runs with uid %r and its record "
+                   "moves there", call, old_uid, uid)
+    return other
+
+
 def _check_starting_states(starting: Iterable[StateMetadata], descriptors: dict[str, StateDescriptor], batch: int,
                            call: str) -> None:
     problems = [problem for state in starting if (problem := _state_change(state, descriptors.get(state.name)))]
@@ -142,19 +168,27 @@ def _check_starting_states(starting: Iterable[StateMetadata], descriptors: dict[
 
 def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings,
                            states: Iterable[StateDescriptor], batch_id: Optional[int], call: str,
-                           starting_states: Iterable[StateMetadata] = ()) -> dict[str, int]:
+                           starting_states: Iterable[StateMetadata] = (),
+                           query_storage: Optional[CheckpointStorage] = None, uid: Optional[str] = None
+                           ) -> dict[str, int]:
     """Compare ``settings`` and the function's registered ``states`` (their descriptors, which may declare
     migrations) with the record in ``storage``; raise before anything runs when the committed state cannot be used
     with them, else record what is new. Returns each registered state's incarnation when not 0 (see
     :class:`~keyedstate.state.base.backend.StateMetadata`): a state dropped and registered again must not read
     what an earlier incarnation left in key groups not written since. ``starting_states``: the states recorded by
-    the query a savepoint was written from, which a new query's first run is checked against the same way."""
+    the query a savepoint was written from, which a new query's first run is checked against the same way.
+    ``query_storage`` (``<state_storage>/<query id>``) and ``uid``: where the records of the query's operators are,
+    to tell a changed ``uid`` from a checkpoint written before records were kept."""
     descriptors = {descriptor.name: descriptor for descriptor in states}
     registered = {name: StateMetadata.of(descriptor) for name, descriptor in descriptors.items()}
     batch = batch_id if batch_id is not None else 0
     record = _read(storage)
     if record is None or record[1] >= batch:
         _check_starting_states(starting_states, descriptors, batch, call)
+    if record is None and batch > 0 and query_storage is not None and uid is not None:
+        record = _record_of_another_uid(query_storage, uid, settings, batch, call)
+        if record is not None:  # heap mode: the state is in Spark's store; the record moves to the new uid
+            _write(storage, *record)
     if record is None:
         if batch > 0:
             logger.warning(

@@ -125,3 +125,36 @@ def test_a_query_started_from_a_savepoint_is_checked_against_the_savepoints_stat
     check_restart_settings(storage, SETTINGS, [state("count"), state("renamed")], 0, "keyed_process",
                            starting_states=saved)  # a widened type, an added and a removed state are fine
     assert [s["name"] for s in record(storage)["states"]] == ["count", "renamed"]
+
+
+def operator_storage(tmp_path, uid: str) -> CheckpointStorage:
+    return CheckpointStorage(tmp_path / "query" / uid)
+
+
+def test_a_changed_uid_is_refused_in_rocksdb_mode_and_moves_the_binding_record_in_heap_mode(tmp_path):
+    rocksdb = replace(SETTINGS, state_backend="rocksdb")
+    query_storage = CheckpointStorage(tmp_path / "query")
+    check_restart_settings(operator_storage(tmp_path, "v1"), rocksdb, [state("count")], 0, "keyed_process",
+                           query_storage=query_storage, uid="v1")
+    with pytest.raises(RestartSettingsChangedError, match="uid='v1', but it now runs with uid='v2'"):
+        check_restart_settings(operator_storage(tmp_path, "v2"), rocksdb, [state("count")], 3, "keyed_process",
+                               query_storage=query_storage, uid="v2")
+
+    heap_query = CheckpointStorage(tmp_path / "heap-query")
+    check_restart_settings(CheckpointStorage(tmp_path / "heap-query" / "h1"), SETTINGS, [state("count")], 0,
+                           "keyed_process", query_storage=heap_query, uid="h1")
+    with pytest.raises(RestartSettingsChangedError, match="num_key_groups=4, but it now runs with num_key_groups=8"):
+        check_restart_settings(CheckpointStorage(tmp_path / "heap-query" / "h2"), replace(SETTINGS, num_key_groups=8),
+                               [state("count")], 3, "keyed_process", query_storage=heap_query, uid="h2")
+    check_restart_settings(CheckpointStorage(tmp_path / "heap-query" / "h2"), SETTINGS, [state("count")], 3,
+                           "keyed_process", query_storage=heap_query, uid="h2")
+    assert record(CheckpointStorage(tmp_path / "heap-query" / "h2"))["since_batch"] == 0  # the record moved
+
+
+def test_operators_recording_for_the_first_time_in_one_batch_do_not_take_each_other_for_a_changed_uid(tmp_path):
+    rocksdb = replace(SETTINGS, state_backend="rocksdb")
+    query_storage = CheckpointStorage(tmp_path / "query")
+    for uid in ("first", "second"):  # a checkpoint older than the records: both record at batch 7
+        check_restart_settings(operator_storage(tmp_path, uid), rocksdb, [state("count")], 7, "keyed_process",
+                               query_storage=query_storage, uid=uid)
+    assert record(operator_storage(tmp_path, "second"))["since_batch"] == 7

@@ -296,3 +296,14 @@ def test_a_widened_state_type_continues_the_stored_values(query, tmp_path, backe
     query.run(Tally(count_type=Types.LONG()), **state)
 
     assert query.counts() == {"ann": 2, "bob": 1}
+
+
+def test_a_changed_uid_is_refused_in_rocksdb_mode_even_when_only_new_keys_arrive(query, tmp_path):
+    query.add_input(rows(["ann", "bob"], 1))
+    query.run(Tally(), uid="tally-v1", **backend_options("rocksdb", tmp_path))
+    query.add_input(rows(["carl"], 2))  # a key with no state: nothing loads the old uid's files
+
+    message = query.refused(Tally(), uid="tally-v2", **backend_options("rocksdb", tmp_path))
+
+    assert "uid='tally-v1', but it now runs with uid='tally-v2'" in message
+    assert "Keep uid='tally-v1'" in message and "savepoint" in message
