@@ -70,13 +70,14 @@ class TimerService:
                                           max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
                 self._compiled_calls += (call,)
-            # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
-            self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]
+            # Applying a run's calls to the heap queues too; other queues and firing queues reach _apply() below.
+            apply = fastpath.TimerFlush(
                 context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
                 event_changes=self._event_time, processing_changes=self._processing_time,
                 namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
-                fallback=TimerService.flush.__get__(self), **_FLUSH_FIELDS,
+                fallback=TimerService._apply.__get__(self), **_FLUSH_FIELDS,
             ).call
+            self.flush = self._counting_flush(apply)  # type: ignore[method-assign]
 
     @property
     def collecting(self) -> bool:
@@ -133,6 +134,30 @@ class TimerService:
 
     def flush(self) -> None:
         """Apply the collected calls to the current key's timers; call it before the current key changes."""
+        event_time, processing_time = self._event_time, self._processing_time
+        if event_time or processing_time:
+            self._count(event_time, processing_time)
+            self._apply()
+
+    def _counting_flush(self, apply: Any) -> Any:
+        """:meth:`flush` around the compiled ``apply``: the counting stays in Python, one call per key run."""
+        event_time, processing_time, count = self._event_time, self._processing_time, self._count
+
+        def flush() -> None:
+            if event_time or processing_time:
+                count(event_time, processing_time)
+                apply()
+
+        return flush
+
+    def _count(self, event_time: dict[int, bool], processing_time: dict[int, bool]) -> None:
+        service = self._service
+        calls = len(event_time) + len(processing_time)
+        registered = sum(event_time.values()) + sum(processing_time.values())
+        service.timers_registered += registered
+        service.timers_deleted += calls - registered
+
+    def _apply(self) -> None:
         event_time, processing_time = self._event_time, self._processing_time
         if event_time or processing_time:
             try:

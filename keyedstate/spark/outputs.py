@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 
 from keyedstate.errors import InvalidOutputError
 from keyedstate.operator.outputs import short_repr
+from keyedstate.spark.metrics import METRICS_TAG
 
 __all__ = ["OutputLayout", "SIDE_OUTPUT_TAG_COLUMN", "side_output_column"]
 
@@ -38,6 +39,8 @@ class OutputLayout:
         self.main_schema = main_schema
         self.side_schemas = dict(side_schemas or {})
         self.main_names = [f.name for f in main_schema.fields]
+        # the side outputs the user declared: the metrics rows' side output is keyedstate's own
+        self.user_side_outputs = [tag for tag in self.side_schemas if tag != METRICS_TAG]
         fields = list(main_schema.fields)
         if self.side_schemas:
             from pyspark.sql.types import StringType, StructField
@@ -97,13 +100,18 @@ class OutputLayout:
                 except InvalidOutputError as error:
                     raise InvalidOutputError(f"{_at(where, key_of, index)}: {error}") from None
             raise
+        undeclared = sorted(tag for tag in side_outputs if tag not in self.side_schemas)
+        if undeclared and not self.user_side_outputs:
+            raise InvalidOutputError(
+                f"{where}: the function sent records to side output(s) {', '.join(undeclared)}, but keyed_process "
+                f"was not given side_outputs={{tag_id: schema}}; declare them to receive side outputs"
+            )
+        if undeclared:
+            raise InvalidOutputError(
+                f"{where}: side output {undeclared[0]!r} is not declared; declared: "
+                f"{', '.join(self.user_side_outputs)}"
+            )
         if not self.side_schemas:
-            if side_outputs:
-                tags = ", ".join(sorted(side_outputs))
-                raise InvalidOutputError(
-                    f"{where}: the function sent records to side output(s) {tags}, but keyed_process was not given "
-                    f"side_outputs={{tag_id: schema}}; declare them to receive side outputs"
-                )
             frame = pd.DataFrame.from_records(rows, columns=names) if rows else pd.DataFrame(
                 {n: pd.Series([], dtype=object) for n in names}
             )
@@ -113,11 +121,7 @@ class OutputLayout:
         tag_column: list[Optional[str]] = [None] * total
         side_columns = {tag_id: [None] * total for tag_id in self.side_schemas}
         for tag_id, pairs in side_outputs.items():
-            schema = self.side_schemas.get(tag_id)
-            if schema is None:
-                raise InvalidOutputError(
-                    f"{where}: side output {tag_id!r} is not declared; declared: {', '.join(self.side_schemas)}"
-                )
+            schema = self.side_schemas[tag_id]
             side_names = [f.name for f in schema.fields]
             for value, _ in pairs:
                 for name in names:
