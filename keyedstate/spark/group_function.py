@@ -148,7 +148,7 @@ class _GroupRuntime:
         gc.disable()
         succeeded = False
         try:
-            output = self._run(key_group, frames, group_state, batch_id, where)
+            outputs = self._run(key_group, frames, group_state, batch_id, where)
             succeeded = True
         except KeyedStateError as error:
             if str(error).startswith(where):  # raised with the location already (output conversion)
@@ -160,8 +160,9 @@ class _GroupRuntime:
             finally:
                 if gc_was_enabled:
                     gc.enable()
-        if output is not None and not output.empty:
-            yield output
+        for output in outputs:
+            if not output.empty:
+                yield output
 
     def _check_restart(self, batch_id: Optional[int]) -> None:
         """Before this worker process runs anything of a query: are the committed state's settings still ours?"""
@@ -207,7 +208,7 @@ class _GroupRuntime:
         return key_group
 
     def _run(self, key_group: int, frames: Iterator[pd.DataFrame], group_state: Any, batch_id: Optional[int],
-             where: str) -> Optional[pd.DataFrame]:
+             where: str) -> list[pd.DataFrame]:
         started = perf_counter()
         operator = self.operator
         timers = operator.timer_service
@@ -251,8 +252,8 @@ class _GroupRuntime:
                 base_bytes_written=self.store.base_bytes_written, call_s=perf_counter() - started,
             ), None))
         if not records and not side:
-            return None
-        return self.spec.layout.to_pandas(records, side, f"{where}, output of {operator.function_name}",
+            return []
+        return self.spec.layout.to_frames(records, side, f"{where}, output of {operator.function_name}",
                                           lambda index: OutputBuffer.key_of(marks, index))
 
     def _note_timer_lag(self, key_group: int, now: int, metrics: CallMetrics) -> None:

@@ -82,14 +82,48 @@ class OutputLayout:
             f"({', '.join(names)}); yield a tuple, a dict or a Row. Record: {short_repr(record)}"
         )
 
+    def to_frames(
+        self,
+        records: list[Any],
+        side_outputs: dict[str, list[tuple[Any, Optional[int]]]],
+        where: str,
+        key_of: Optional[Callable[[int], Any]] = None,
+    ) -> list[pd.DataFrame]:
+        """The call's output as DataFrames of the output schema (what the group function yields).
+
+        With the metrics side output as the only side output, the main records take the path of a stream without
+        side outputs (about a third of :meth:`to_pandas`'s time per record: no per-column lists, no object columns to
+        check) and get the two extra columns as constant nulls; the metrics rows come in a frame of their own."""
+        if self.user_side_outputs or METRICS_TAG not in self.side_schemas:
+            return [self.to_pandas(records, side_outputs, where, key_of)]
+        metrics = side_outputs.pop(METRICS_TAG, [])
+        if not records and not side_outputs:
+            return [self.to_pandas([], {METRICS_TAG: metrics}, where)] if metrics else []
+        # side_outputs: undeclared ones, which to_pandas reports
+        frame = self.to_pandas(records, side_outputs, where, key_of, main_only=True)
+        frame[SIDE_OUTPUT_TAG_COLUMN] = None
+        frame[side_output_column(METRICS_TAG)] = None
+        if not metrics:
+            return [frame]
+        # PySpark concatenates a call's frames: metric rows whose main columns keep the main frame's dtypes leave
+        # it a typed concatenation (a None in an int64 column would turn the column into Python objects). Their
+        # main columns are placeholders, never read: main_output() takes the rows without a tag.
+        rows = pd.DataFrame({name: _placeholders(frame[name], len(metrics)) for name in self.main_names})
+        rows[SIDE_OUTPUT_TAG_COLUMN] = METRICS_TAG
+        rows[side_output_column(METRICS_TAG)] = self.to_pandas([], {METRICS_TAG: metrics}, where)[
+            side_output_column(METRICS_TAG)].to_numpy()
+        return [frame, rows]
+
     def to_pandas(
         self,
         records: list[Any],
         side_outputs: dict[str, list[tuple[Any, Optional[int]]]],
         where: str,
         key_of: Optional[Callable[[int], Any]] = None,
+        main_only: bool = False,
     ) -> pd.DataFrame:
-        """``key_of(i)``: the key whose call produced ``records[i]``, named in errors."""
+        """``key_of(i)``: the key whose call produced ``records[i]``, named in errors. ``main_only``: a frame of
+        the main output's columns alone."""
         names = self.main_names
         try:
             rows = [self._as_tuple(record, names) for record in records]
@@ -111,11 +145,11 @@ class OutputLayout:
                 f"{where}: side output {undeclared[0]!r} is not declared; declared: "
                 f"{', '.join(self.user_side_outputs)}"
             )
-        if not self.side_schemas:
+        if not self.side_schemas or main_only:
             frame = pd.DataFrame.from_records(rows, columns=names) if rows else pd.DataFrame(
                 {n: pd.Series([], dtype=object) for n in names}
             )
-            return self._checked(frame, where, key_of)
+            return self._checked(frame, where, key_of, names)
         columns: dict[str, list[Any]] = {n: [row[i] for row in rows] for i, n in enumerate(names)}
         total = len(rows)
         tag_column: list[Optional[str]] = [None] * total
@@ -139,10 +173,13 @@ class OutputLayout:
             frame[side_output_column(tag_id)] = column
         return self._checked(frame, where, key_of)
 
-    def _checked(self, frame: pd.DataFrame, where: str, key_of: Optional[Callable[[int], Any]]) -> pd.DataFrame:
+    def _checked(self, frame: pd.DataFrame, where: str, key_of: Optional[Callable[[int], Any]],
+                 names: Optional[Sequence[str]] = None) -> pd.DataFrame:
+        """``frame`` after checking that its columns (``names``, default all) convert to their Arrow types."""
         if frame.empty:
             return frame
-        for name, arrow_type in self._arrow_types.items():
+        for name in names if names is not None else self._arrow_types:
+            arrow_type = self._arrow_types[name]
             try:
                 pa.array(frame[name], type=arrow_type, from_pandas=True)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError) as error:
@@ -152,6 +189,14 @@ class OutputLayout:
                     f"({type(bad).__qualname__}): {error}"
                 ) from error
         return frame
+
+
+def _placeholders(column: pd.Series, count: int) -> pd.Series:
+    """``count`` values of ``column``'s dtype that stand for null: NaN, NaT, 0 or False where the dtype has no
+    None."""
+    kind = column.dtype.kind
+    value: Any = 0 if kind in "iu" else False if kind == "b" else None
+    return pd.Series([value] * count, dtype=column.dtype)
 
 
 def _first_bad_value(column: pd.Series, arrow_type: pa.DataType) -> tuple[Optional[int], Any]:
