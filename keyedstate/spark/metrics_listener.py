@@ -64,12 +64,28 @@ def _field(progress: Any, name: str) -> Any:
 
 
 def _as_dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, dict):
-        return dict(value)
+    if isinstance(value, str):
+        value = json.loads(value)
+    as_dict = getattr(value, "asDict", None)
+    values = as_dict() if callable(as_dict) else dict(value)
+    if set(values) == {"values", "schema"}:
+        # Spark Connect's form of an observed Row: its values, and its schema as a struct type's JSON
+        schema = values["schema"]
+        schema = json.loads(schema) if isinstance(schema, str) else _as_plain(schema)
+        return dict(zip((field["name"] for field in schema["fields"]), values["values"]))
+    return values
+
+
+def _as_plain(value: Any) -> Any:
+    """Rows (and lists of them) as dicts and lists."""
     as_dict = getattr(value, "asDict", None)
     if callable(as_dict):
-        return as_dict()
-    return json.loads(value) if isinstance(value, str) else dict(value)
+        return {name: _as_plain(item) for name, item in as_dict().items()}
+    if isinstance(value, dict):
+        return {name: _as_plain(item) for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_plain(item) for item in value]
+    return value
 
 
 def keyed_state_metrics(progress: Any) -> dict[str, dict[str, Any]]:

@@ -42,3 +42,24 @@ def test_an_undeclared_side_output_is_named_as_without_metrics():
     declared = OutputLayout(MAIN, {"alerts": MAIN, METRICS_TAG: METRICS})
     with pytest.raises(InvalidOutputError, match="side output 'late' is not declared; declared: alerts$"):
         declared.to_frames([("a", 1)], {"late": [(("a", 1), None)]}, "here")
+
+
+def test_keyed_state_metrics_reads_every_form_of_a_progress():
+    """A classic session's Row, a progress's JSON, and Spark Connect's values-and-schema Row give the same dict."""
+    import json
+
+    from pyspark.sql import Row
+
+    from keyedstate.spark import keyed_state_metrics
+
+    values = {"numRecordsIn": 3, "currentWatermark": None}
+    schema = {"type": "struct", "fields": [{"name": name, "type": "long", "nullable": True, "metadata": {}}
+                                           for name in values]}
+    forms = [
+        {"observedMetrics": {"keyedstate.Count": Row(**values), "other": Row(x=1)}},
+        json.dumps({"observedMetrics": {"keyedstate.Count": values}}),
+        {"observedMetrics": {"keyedstate.Count": Row(values=list(values.values()), schema=Row(**{
+            "type": "struct", "fields": [Row(**field) for field in schema["fields"]]}))}},
+    ]
+    assert [keyed_state_metrics(form) for form in forms] == [{"Count": values}] * 3
+    assert keyed_state_metrics({"observedMetrics": None}) == {}
