@@ -115,8 +115,8 @@ class InternalTimerService:
         self.current_namespace: Optional[bytes] = None
         """The namespace of the firing timer while a callback runs."""
         self.timers_registered = 0
-        """Registrations so far, for metrics: each call made outside a collected run, and each timestamp a run
-        registered (counted by :class:`~timers.user_service.TimerService`'s flush, once however often the run called)."""
+        """Registrations so far, for metrics: each call, and each timestamp a collected run registered that the
+        Python flush applied (the compiled one counts its own: ``TimerService.timer_counts`` adds them up)."""
         self.timers_deleted = 0
         """Deletions so far, counted like :attr:`timers_registered` (a deletion of an unregistered timer counts)."""
         backend.add_pre_snapshot_hook(self.flush)

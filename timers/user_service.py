@@ -53,6 +53,7 @@ class TimerService:
         self._processing_time: dict[int, bool] = {}
         self._collecting = False
         self._compiled_calls: tuple[Any, ...] = ()
+        self._compiled_flush: Any = None  # counts what it applies itself (see timer_counts)
         self._compiled_flag: Any = None  # the one flag the compiled calls read (see collecting)
         if fastpath is not None:
             self._compiled_flag = fastpath.CollectingFlag()
@@ -70,14 +71,14 @@ class TimerService:
                                           max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
                 self._compiled_calls += (call,)
-            # Applying a run's calls to the heap queues too; other queues and firing queues reach _apply() below.
-            apply = fastpath.TimerFlush(
+            # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
+            self._compiled_flush = fastpath.TimerFlush(
                 context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
                 event_changes=self._event_time, processing_changes=self._processing_time,
                 namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
-                fallback=TimerService._apply.__get__(self), **_FLUSH_FIELDS,
-            ).call
-            self.flush = self._counting_flush(apply)  # type: ignore[method-assign]
+                fallback=TimerService.flush.__get__(self), **_FLUSH_FIELDS,
+            )
+            self.flush = self._compiled_flush.call  # type: ignore[method-assign]
 
     @property
     def collecting(self) -> bool:
@@ -139,16 +140,13 @@ class TimerService:
             self._count(event_time, processing_time)
             self._apply()
 
-    def _counting_flush(self, apply: Any) -> Any:
-        """:meth:`flush` around the compiled ``apply``: the counting stays in Python, one call per key run."""
-        event_time, processing_time, count = self._event_time, self._processing_time, self._count
-
-        def flush() -> None:
-            if event_time or processing_time:
-                count(event_time, processing_time)
-                apply()
-
-        return flush
+    def timer_counts(self) -> tuple[int, int]:
+        """Timer registrations and deletions so far, for metrics: each call made while not collecting, and once per
+        timestamp a collected run registered or deleted (its last call decides which)."""
+        service, compiled = self._service, self._compiled_flush
+        if compiled is None:
+            return service.timers_registered, service.timers_deleted
+        return service.timers_registered + compiled.registered, service.timers_deleted + compiled.deleted
 
     def _count(self, event_time: dict[int, bool], processing_time: dict[int, bool]) -> None:
         service = self._service

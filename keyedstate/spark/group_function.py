@@ -214,7 +214,8 @@ class _GroupRuntime:
         timers = operator.timer_service
         fired_before = operator.timers_fired
         processed_before = operator.elements_processed
-        registered_before, deleted_before = timers.timers_registered, timers.timers_deleted
+        timer_counts = operator.user_timer_service.timer_counts
+        registered_before, deleted_before = timer_counts()
         metrics = CallMetrics()
         self.store.load(key_group, group_state, batch_id, timers)
         loaded = perf_counter()
@@ -242,11 +243,11 @@ class _GroupRuntime:
         side = operator.outputs.drain_all_side()
         if self.spec.emit_metrics:
             outputs = len(records) + sum(len(values) for values in side.values())
+            registered, deleted = timer_counts()
             side.setdefault(METRICS_TAG, []).append((metrics.row(
                 key_group, elements=operator.elements_processed - processed_before, outputs=outputs,
                 watermark=watermark, timers_fired=operator.timers_fired - fired_before,
-                timers_registered=timers.timers_registered - registered_before,
-                timers_deleted=timers.timers_deleted - deleted_before,
+                timers_registered=registered - registered_before, timers_deleted=deleted - deleted_before,
                 pending_timers=timers.num_event_time_timers(key_group) + timers.num_processing_time_timers(key_group),
                 keys_with_state=keys_with_state, state_bytes=self.store.state_bytes(written), bytes_written=written,
                 base_bytes_written=self.store.base_bytes_written, call_s=perf_counter() - started,

@@ -189,10 +189,10 @@ def test_the_service_counts_a_runs_registrations_and_deletions_once_per_timestam
     calls.delete_processing_time_timer(99)  # deleting a timer that does not exist counts too
     calls.register_processing_time_timer(30)
     calls.flush()
-    assert (service.timers_registered, service.timers_deleted) == (2, 2)
+    assert calls.timer_counts() == (2, 2)
     calls.flush()  # nothing collected since: nothing counted
     calls.collecting = False  # as in on_timer: every call reaches the service, and counts
     calls.register_event_time_timer(40)
     calls.register_event_time_timer(40)
     calls.delete_event_time_timer(10)
-    assert (service.timers_registered, service.timers_deleted) == (4, 3)
+    assert calls.timer_counts() == (4, 3)
