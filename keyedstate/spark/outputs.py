@@ -41,6 +41,8 @@ class OutputLayout:
         self.main_names = [f.name for f in main_schema.fields]
         # the side outputs the user declared: the metrics rows' side output is keyedstate's own
         self.user_side_outputs = [tag for tag in self.side_schemas if tag != METRICS_TAG]
+        metrics_schema = self.side_schemas.get(METRICS_TAG)
+        self._metrics_names = [f.name for f in metrics_schema.fields] if metrics_schema is not None else []
         fields = list(main_schema.fields)
         if self.side_schemas:
             from pyspark.sql.types import StringType, StructField
@@ -98,21 +100,26 @@ class OutputLayout:
             return [self.to_pandas(records, side_outputs, where, key_of)]
         metrics = side_outputs.pop(METRICS_TAG, [])
         if not records and not side_outputs:
-            return [self.to_pandas([], {METRICS_TAG: metrics}, where)] if metrics else []
+            return [self._metric_rows(metrics, None)] if metrics else []
         # side_outputs: undeclared ones, which to_pandas reports
         frame = self.to_pandas(records, side_outputs, where, key_of, main_only=True)
         frame[SIDE_OUTPUT_TAG_COLUMN] = None
         frame[side_output_column(METRICS_TAG)] = None
-        if not metrics:
-            return [frame]
-        # PySpark concatenates a call's frames: metric rows whose main columns keep the main frame's dtypes leave
-        # it a typed concatenation (a None in an int64 column would turn the column into Python objects). Their
-        # main columns are placeholders, never read: main_output() takes the rows without a tag.
-        rows = pd.DataFrame({name: _placeholders(frame[name], len(metrics)) for name in self.main_names})
-        rows[SIDE_OUTPUT_TAG_COLUMN] = METRICS_TAG
-        rows[side_output_column(METRICS_TAG)] = self.to_pandas([], {METRICS_TAG: metrics}, where)[
-            side_output_column(METRICS_TAG)].to_numpy()
-        return [frame, rows]
+        return [frame, self._metric_rows(metrics, frame)] if metrics else [frame]
+
+    def _metric_rows(self, metrics: list[tuple[Any, Optional[int]]], main: Optional[pd.DataFrame]) -> pd.DataFrame:
+        """The metrics rows (keyedstate's own tuples of the metrics schema: not checked like user records) as a
+        frame. PySpark concatenates a call's frames: with ``main`` (the call's main records) the rows' main columns
+        keep its dtypes, so the concatenation stays typed (a None in an int64 column would turn the column into
+        Python objects). Their main columns are placeholders, never read: main_output() takes the rows without a
+        tag."""
+        count = len(metrics)
+        names = self._metrics_names
+        columns: dict[str, Any] = {name: [None] * count if main is None else _placeholders(main[name], count)
+                                   for name in self.main_names}
+        columns[SIDE_OUTPUT_TAG_COLUMN] = [METRICS_TAG] * count
+        columns[side_output_column(METRICS_TAG)] = [dict(zip(names, value)) for value, _ in metrics]
+        return pd.DataFrame(columns)
 
     def to_pandas(
         self,
