@@ -44,6 +44,7 @@ SUITES = {
     "kafka": ("bench/test_kafka_source.py", 4),
     "kafka_sink": ("bench/test_kafka_sink_bench.py", 5),
     "spark": ("bench/test_spark_bench.py", 27),
+    "metrics": ("bench/test_progress_metrics_bench.py", 4),
     "large_state": ("bench/test_large_state_bench.py", 27),  # 22 + ~5 for the checkpoint inspector (estimated)
     "savepoint": ("bench/test_savepoint_bench.py", 8),
 }
@@ -66,6 +67,8 @@ PROFILES = {
     "smoke": {
         "SPARK_BENCH_SIZES": "smoke",
         "SPARK_BENCH_FLINK_SIZES": "smoke",
+        "METRICS_BENCH_SIZE": "smoke",
+        "METRICS_BENCH_ROUNDS": "1",
         "KEYEDSTATE_BENCH_SMOKE": "1",
         "KEYEDSTATE_KAFKA_BENCH_RECORDS": "20000",
         "KEYEDSTATE_KAFKA_SINK_BENCH_RECORDS": "20000",

@@ -1,8 +1,9 @@
 """`make demo`: the rich fraud detector on local Spark with the RocksDB state store, batch by batch.
 
 Generates card transactions (with planted fraud) into a local directory, streams them through ``keyed_process``
-one file per micro-batch, and prints per-batch progress (rows, active keys, timers fired, pending timers, state
-size, batch duration) and the alerts.
+one file per micro-batch, and prints per-batch progress from the query's progress (Spark's rows and duration, and
+keyed_process's metrics: elements, late elements, keys with state, timers fired and pending, state size, bytes
+written, time in the function; see docs/operations.md, "Monitoring") and the alerts.
 
 With ``--kafka`` (`make demo-kafka`) the same transactions are produced into a Kafka topic on a running broker
 (`make broker`) in waves and read with the ``keyedstate-kafka`` source, and the alerts are written to another topic
@@ -82,46 +83,48 @@ def build_spark(shuffle_partitions: int):
 
 
 class Progress:
-    """Per-batch numbers gathered in foreachBatch, printed with the batch duration from the query's progress."""
+    """Per-batch lines printed from the query's progress: keyed_process's metrics (``observedMetrics``, read with
+    ``keyed_state_metrics``) and Spark's batch duration; the alerts are collected in foreachBatch."""
 
     def __init__(self) -> None:
-        self.batches: dict[int, dict[str, Any]] = {}
+        self.batches: dict[int, list[Any]] = {}
         self.alerts: list[tuple[str, str, float, int]] = []
 
     def on_batch(self, output, batch_id: int, write_alerts: Optional[Callable[[Any, int, int], None]] = None) -> None:
-        """Collect the batch's metrics and alerts; ``write_alerts(alerts_frame, count, batch_id)`` also gets the
-        alerts while the output is cached (evaluating it again would run keyed_process twice)."""
-        from keyedstate.spark import METRICS_TAG, main_output, side_output
-
+        """Collect the batch's alerts; ``write_alerts(alerts_frame, count, batch_id)`` also gets them while the
+        output is cached (evaluating it again would run keyed_process twice, and count its metrics twice)."""
         output.persist()
-        metrics = side_output(output, METRICS_TAG).groupBy().sum(
-            "elements", "timers_fired", "keys_with_state", "pending_timers", "state_bytes").collect()[0]
-        alerts = main_output(output, ALERT_SCHEMA).orderBy("event_time_ms").collect()
+        alerts = output.orderBy("event_time_ms").collect()
         if write_alerts is not None:
-            write_alerts(main_output(output, ALERT_SCHEMA), len(alerts), batch_id)
+            write_alerts(output, len(alerts), batch_id)
         output.unpersist()
         self.alerts.extend((a.account_id, a.rule, a.amount, a.event_time_ms) for a in alerts)
-        self.batches[batch_id] = {"metrics": [m or 0 for m in metrics], "alerts": alerts}
+        self.batches[batch_id] = alerts
 
-    def report(self, progress: dict[str, Any]) -> bool:
+    def report(self, progress: Any) -> bool:
         """Print the batch's lines; False when foreachBatch did not see the batch (nothing printed)."""
+        from keyedstate.spark import keyed_state_metrics
+
         batch_id = progress["batchId"]
-        entry = self.batches.pop(batch_id, None)
-        if entry is None:
+        alerts = self.batches.pop(batch_id, None)
+        if alerts is None:
             return False
-        elements, fired, keys, pending, state_bytes = entry["metrics"]
+        metrics = keyed_state_metrics(progress).get("RichFraudDetector", {})
+        value = lambda name: metrics.get(name) or 0  # noqa: E731  (a batch without calls reports no metrics)
         print(
-            f"batch {batch_id:>3}: rows={progress['numInputRows']:>6} processed={elements:>6} active_keys={keys:>6} "
-            f"timers_fired={fired:>6} pending_timers={pending:>6} state={state_bytes / 1024:8.1f} KiB "
-            f"duration={progress['durationMs'].get('triggerExecution', 0) / 1000:5.2f}s "
-            f"alerts={len(entry['alerts'])}",
+            f"batch {batch_id:>3}: rows={progress['numInputRows']:>6} processed={value('numRecordsIn'):>6} "
+            f"late={value('numLateRecords'):>3} active_keys={value('numKeysWithState'):>6} "
+            f"timers_fired={value('numExpiredTimers'):>6} pending_timers={value('numPendingTimers'):>6} "
+            f"state={value('stateSizeBytes') / 1024:8.1f} KiB written={value('stateBytesWritten') / 1024:7.1f} KiB "
+            f"in_function={value('userFunctionTimeMs') / 1000:5.2f}s "
+            f"duration={progress['durationMs'].get('triggerExecution', 0) / 1000:5.2f}s alerts={len(alerts)}",
             flush=True,
         )
-        for alert in entry["alerts"][:3]:
+        for alert in alerts[:3]:
             at = (START.replace(tzinfo=None) + dt.timedelta(milliseconds=alert.event_time_ms - int(START.timestamp() * 1000)))
             print(f"    ALERT {alert.rule:<16} account {alert.account_id} amount {alert.amount:9.2f} at {at:%H:%M:%S}")
-        if len(entry["alerts"]) > 3:
-            print(f"    ... and {len(entry['alerts']) - 3} more alerts")
+        if len(alerts) > 3:
+            print(f"    ... and {len(alerts) - 3} more alerts")
         return True
 
     def finish(self, started: float, batches: int, alerts_out: str | None) -> None:
@@ -199,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     transactions = (spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", 1).json(str(workdir / "input"))
                     .withWatermark("ts", "5 seconds"))
     alerts = keyed_process(transactions, ["account_id"], RichFraudDetector(), ALERT_SCHEMA, event_time_column="ts",
-                           num_key_groups=args.key_groups, emit_metrics=True)
+                           num_key_groups=args.key_groups)
     progress = Progress()
     query = (alerts.writeStream.foreachBatch(progress.on_batch)
              .option("checkpointLocation", str(workdir / "checkpoint")).start())

@@ -262,7 +262,7 @@ def run_kafka_demo(args: argparse.Namespace) -> int:
     transactions = (records.select(F.from_json(F.col("value").cast("string"), INPUT_SCHEMA).alias("t"))
                     .select("t.*").withWatermark("ts", "5 seconds"))
     alerts = keyed_process(transactions, ["account_id"], RichFraudDetector(), ALERT_SCHEMA, event_time_column="ts",
-                           num_key_groups=args.key_groups, emit_metrics=True)
+                           num_key_groups=args.key_groups)
     progress = Progress()
     producer = WaveProducer(bootstrap, topic)
     targets: list[dict[TP, int]] = []

@@ -19,13 +19,15 @@ RUNS=("$@")
 [ ${#RUNS[@]} -gt 0 ] || RUNS=(spark35 spark40 connect)
 
 # Run everywhere: a harness-oracle example, timers of an idle key, exactly-once across SIGKILLs and restarts, bad
-# input that must stop the query with our error, and every output plus read_keyed_state.
+# input that must stop the query with our error, every output plus read_keyed_state, and the metrics in the query's
+# progress (observed metrics).
 SUBSET=(
     "tests/spark/test_examples_match_harness.py::test_count_with_timeout_on_spark_equals_the_harness[rocksdb-7]"
     "tests/spark/test_timers_on_spark.py::test_five_event_time_timers_fire_in_order_for_an_idle_key[heap]"
     "tests/spark/test_exactly_once.py::test_sigkill_at_three_points_then_restart_gives_the_uninterrupted_result[rocksdb-store-heap]"
     "tests/spark/test_bad_input.py::test_a_user_exception_names_function_key_and_element_and_the_checkpoint_survives[heap]"
     "tests/spark/test_outputs_and_state_reader.py::test_main_side_and_metrics_outputs_and_the_state_read_back[rocksdb-store]"
+    "tests/spark/test_progress_metrics.py::test_each_metric_in_the_progress_counts_what_the_batches_did[heap]"
 )
 # Only on the older Spark lines: what depends on the version rather than on the session kind (the watermark
 # marker, the state reader's other provider, the version checks) and the docs' example, which builds its own

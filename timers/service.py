@@ -114,6 +114,11 @@ class InternalTimerService:
         self._processing_time = MIN_WATERMARK
         self.current_namespace: Optional[bytes] = None
         """The namespace of the firing timer while a callback runs."""
+        self.timers_registered = 0
+        """Registrations so far, for metrics: each call, and each timestamp a collected run registered that the
+        Python flush applied (the compiled one counts its own: ``TimerService.timer_counts`` adds them up)."""
+        self.timers_deleted = 0
+        """Deletions so far, counted like :attr:`timers_registered` (a deletion of an unregistered timer counts)."""
         backend.add_pre_snapshot_hook(self.flush)
 
     def set_triggerable(self, triggerable: Triggerable) -> None:
@@ -141,10 +146,12 @@ class InternalTimerService:
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
         self._event_add((timestamp, prefix, namespace, backend.key_group))
+        self.timers_registered += 1
 
     def delete_event_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's event-time timer at ``timestamp``; a no-op when there is none."""
         self.event_queue.remove(self._timer(namespace, timestamp))
+        self.timers_deleted += 1
 
     def register_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Fire ``on_processing_time`` for the current key once processing time reaches ``timestamp`` (epoch ms)."""
@@ -155,10 +162,12 @@ class InternalTimerService:
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
         self._processing_add((timestamp, prefix, namespace, backend.key_group))
+        self.timers_registered += 1
 
     def delete_processing_time_timer(self, namespace: bytes, timestamp: Any) -> None:
         """Remove the current key's processing-time timer at ``timestamp``; a no-op when there is none."""
         self.processing_queue.remove(self._timer(namespace, timestamp))
+        self.timers_deleted += 1
 
     def apply_current_key_changes(self, namespace: bytes, event_time: dict[int, bool],
                                   processing_time: dict[int, bool]) -> None:

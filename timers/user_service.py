@@ -53,6 +53,7 @@ class TimerService:
         self._processing_time: dict[int, bool] = {}
         self._collecting = False
         self._compiled_calls: tuple[Any, ...] = ()
+        self._compiled_flush: Any = None  # counts what it applies itself (see timer_counts)
         self._compiled_flag: Any = None  # the one flag the compiled calls read (see collecting)
         if fastpath is not None:
             self._compiled_flag = fastpath.CollectingFlag()
@@ -71,12 +72,13 @@ class TimerService:
                 setattr(self, name, call.call)
                 self._compiled_calls += (call,)
             # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
-            self.flush = fastpath.TimerFlush(  # type: ignore[method-assign]
+            self._compiled_flush = fastpath.TimerFlush(
                 context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
                 event_changes=self._event_time, processing_changes=self._processing_time,
                 namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
                 fallback=TimerService.flush.__get__(self), **_FLUSH_FIELDS,
-            ).call
+            )
+            self.flush = self._compiled_flush.call  # type: ignore[method-assign]
 
     @property
     def collecting(self) -> bool:
@@ -133,6 +135,27 @@ class TimerService:
 
     def flush(self) -> None:
         """Apply the collected calls to the current key's timers; call it before the current key changes."""
+        event_time, processing_time = self._event_time, self._processing_time
+        if event_time or processing_time:
+            self._count(event_time, processing_time)
+            self._apply()
+
+    def timer_counts(self) -> tuple[int, int]:
+        """Timer registrations and deletions so far, for metrics: each call made while not collecting, and once per
+        timestamp a collected run registered or deleted (its last call decides which)."""
+        service, compiled = self._service, self._compiled_flush
+        if compiled is None:
+            return service.timers_registered, service.timers_deleted
+        return service.timers_registered + compiled.registered, service.timers_deleted + compiled.deleted
+
+    def _count(self, event_time: dict[int, bool], processing_time: dict[int, bool]) -> None:
+        service = self._service
+        calls = len(event_time) + len(processing_time)
+        registered = sum(event_time.values()) + sum(processing_time.values())
+        service.timers_registered += registered
+        service.timers_deleted += calls - registered
+
+    def _apply(self) -> None:
         event_time, processing_time = self._event_time, self._processing_time
         if event_time or processing_time:
             try:

@@ -25,6 +25,10 @@ typedef struct {
     PyObject *live_field;       /* HeapTimerQueue: the set of its timers */
     PyObject *add_field;        /* queue methods */
     PyObject *remove_field;
+    /* for metrics: the collected registrations and deletions this object applied (one per timestamp and run; the
+     * ones the fallback applies are counted by the Python flush) */
+    Py_ssize_t registered;
+    Py_ssize_t deleted;
 } TimerFlush;
 
 #define TIMER_FLUSH_OBJECTS(X) \
@@ -153,6 +157,11 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
     int result = 0;
     while (PyDict_Next(changes, &position, &timestamp, &registered)) {
         int is_registration = registered == Py_True;
+        if (is_registration) {
+            self->registered++;
+        } else {
+            self->deleted++;
+        }
         if (!is_registration && live == NULL) {
             continue; /* deleting a timer of a key group without timers */
         }
@@ -239,6 +248,14 @@ done:
     return result;
 }
 
+static PyMemberDef timer_flush_members[] = {
+    {"registered", T_PYSSIZET, offsetof(TimerFlush, registered), READONLY,
+     "Registrations applied so far (one per timestamp a run registered)."},
+    {"deleted", T_PYSSIZET, offsetof(TimerFlush, deleted), READONLY,
+     "Deletions applied so far (one per timestamp a run deleted)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyMethodDef timer_flush_methods[] = {
     {"call", (PyCFunction)timer_flush_call, METH_NOARGS, "Apply the collected timer calls of the current key."},
     {NULL, NULL, 0, NULL},
@@ -256,4 +273,5 @@ PyTypeObject TimerFlushType = {
     .tp_traverse = (traverseproc)timer_flush_traverse,
     .tp_clear = (inquiry)timer_flush_clear,
     .tp_methods = timer_flush_methods,
+    .tp_members = timer_flush_members,
 };

@@ -8,6 +8,7 @@ from keyedstate.spark.api import (
     add_key_group_column,
     apply_in_pandas_with_state_args,
     keyed_process,
+    keyed_process_metrics_name,
     main_output,
     side_output,
 )
@@ -15,6 +16,7 @@ from keyedstate.spark.bootstrap import bootstrap_keyed_state
 from keyedstate.spark.co_process import keyed_co_process
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
+from keyedstate.spark.metrics_listener import JsonLinesMetricsListener, PrometheusMetricsListener, keyed_state_metrics
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
 from keyedstate.spark.savepoints import Savepoint, read_savepoint, stop_with_savepoint, write_savepoint
 from keyedstate.spark.state_frame import read_keyed_state_frame
@@ -38,6 +40,7 @@ __all__ = [
     "add_key_group_column",
     "apply_in_pandas_with_state_args",
     "keyed_process",
+    "keyed_process_metrics_name",
     "keyed_co_process",
     "bootstrap_keyed_state",
     "KeyedStateBootstrap",
@@ -60,4 +63,7 @@ __all__ = [
     "StateSummary",
     "StorageSummary",
     "TimerSummary",
+    "keyed_state_metrics",
+    "PrometheusMetricsListener",
+    "JsonLinesMetricsListener",
 ]

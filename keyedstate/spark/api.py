@@ -29,14 +29,8 @@ from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, MAX_NUM_KEY_GROUPS
 from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.spark.shipping import ShippedFunction
-from keyedstate.spark.group_function import (
-    EVENT_TIME,
-    METRICS_SCHEMA_DDL,
-    METRICS_TAG,
-    PROCESSING_TIME,
-    GroupFunctionSpec,
-    make_group_function,
-)
+from keyedstate.spark.group_function import EVENT_TIME, PROCESSING_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, metrics_name, observe_metrics
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap, resolve_initial_state
 from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
@@ -45,7 +39,7 @@ from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
 from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import check_watermark, keep_late_events
-from keyedstate.spark.state_backend_options import resolve_rocksdb_mode
+from keyedstate.spark.state_backend_options import default_uid, resolve_rocksdb_mode
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = [
@@ -54,6 +48,7 @@ __all__ = [
     "KEY_GROUP_COLUMN",
     "EVENT_TIME_MS_COLUMN",
     "keyed_process",
+    "keyed_process_metrics_name",
     "add_key_group_column",
     "apply_in_pandas_with_state_args",
     "main_output",
@@ -325,6 +320,7 @@ def keyed_process(
     rocksdb_options: Optional[RocksDBOptions] = None,
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
+    progress_metrics: bool = True,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -348,9 +344,16 @@ def keyed_process(
       ``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart; ``drop_late_events=True``
       lets Spark drop them before the function instead (its late-row filter then needs the event-time column as
       a pandas timestamp: a value after 2262-04-11 or before 1677-09-21 fails the batch naming column and key).
-    * ``emit_metrics=True`` adds the side output ``keyedstate_metrics`` (:data:`METRICS_SCHEMA_DDL`): one row per
-      key-group call with elements processed, timers fired, keys holding state, pending timers and the row's bytes;
-      ``side_output(stream, "keyedstate_metrics")`` selects it (sum per batch in ``foreachBatch``).
+    * ``progress_metrics=True`` (default) puts each micro-batch's keyed-state metrics (elements, outputs, late
+      elements, watermark, timers, keys, state bytes, bytes written, time in the function and in keyedstate, key
+      group skew) into ``query.lastProgress["observedMetrics"]["keyedstate.<uid>"]``
+      (:func:`keyed_process_metrics_name`), where ``StreamingQueryListener`` s and Spark Connect clients read them
+      (:class:`keyedstate.spark.PrometheusMetricsListener` exports them to Prometheus); docs/operations.md,
+      "Monitoring", describes each one. Through Spark's ``DataFrame.observe``: evaluating a micro-batch's output
+      twice (``foreachBatch`` without ``persist``) counts it twice.
+    * ``emit_metrics=True`` also keeps the per-call rows the metrics are summed from in the output, as the side
+      output ``keyedstate_metrics`` (:data:`METRICS_SCHEMA_DDL`, one row per key-group call);
+      ``side_output(stream, "keyedstate_metrics")`` selects it.
     * ``side_outputs={"late": "user STRING, ts BIGINT"}`` declares side outputs; the output then has an
       ``output_tag`` column and one struct column per side output: use :func:`main_output` / :func:`side_output`.
     * ``state_backend`` is fixed for the life of the checkpoint. ``"heap"`` (default, "row mode") keeps each key
@@ -390,11 +393,35 @@ def keyed_process(
         df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,
         num_key_groups=num_key_groups, side_outputs=side_outputs,
         processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
-        emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
-        state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options, initial_state=initial_state,
+        emit_metrics=emit_metrics or progress_metrics, key_group_layout=key_group_layout,
+        state_backend=state_backend, state_storage=state_storage, state_local_dir=state_local_dir, uid=uid,
+        rocksdb_options=rocksdb_options, snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
+        initial_state=initial_state,
     )
-    return prepared.groupBy(*grouping).applyInPandasWithState(*args)
+    output = prepared.groupBy(*grouping).applyInPandasWithState(*args)
+    return with_progress_metrics(output, function, uid, output_schema, side_outputs, emit_metrics, progress_metrics)
+
+
+def keyed_process_metrics_name(function: Any, uid: Optional[str] = None) -> str:
+    """The key of a keyed_process's (or keyed_co_process's) metrics in ``lastProgress["observedMetrics"]``:
+    ``"keyedstate.<uid>"``, with the ``uid`` given to it, or the default uid of ``function``'s class."""
+    return metrics_name(uid if uid is not None else default_uid(type(function).__qualname__))
+
+
+def with_progress_metrics(output: DataFrame, function: Any, uid: Optional[str], output_schema: Union[StructType, str],
+                          side_outputs: Optional[dict[str, Any]], emit_metrics: bool,
+                          progress_metrics: bool) -> DataFrame:
+    """``output`` with its metric rows observed into the query's progress (``progress_metrics``), and without
+    them unless ``emit_metrics`` keeps them."""
+    if not progress_metrics:
+        return output
+    metrics_column = side_output_column(METRICS_TAG)
+    if side_outputs:
+        keep = [c for c in output.columns if c != metrics_column]
+    else:
+        keep = [f.name for f in _schema(output_schema, "output_schema").fields]
+    return observe_metrics(output, metrics_column, SIDE_OUTPUT_TAG_COLUMN, keyed_process_metrics_name(function, uid),
+                           keep, keep_rows=emit_metrics)
 
 
 def main_output(output: DataFrame, output_schema: Union[StructType, str]) -> DataFrame:

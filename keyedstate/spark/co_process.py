@@ -36,6 +36,7 @@ from keyedstate.spark.api import (
     event_time_millis,
     group_call,
     output_layout,
+    with_progress_metrics,
 )
 from keyedstate.spark.group_function import EVENT_TIME
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
@@ -171,6 +172,7 @@ def keyed_co_process(
     rocksdb_options: Optional[RocksDBOptions] = None,
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
+    progress_metrics: bool = True,
 ) -> DataFrame:
     """Run ``function`` over ``first`` (keyed by ``first_key_columns``) and ``second`` (keyed by
     ``second_key_columns``); returns the output stream (append mode).
@@ -191,7 +193,7 @@ def keyed_co_process(
       lets Spark drop them before the function instead.
     * Every other option is :func:`keyedstate.spark.keyed_process`'s, with the same meaning: ``time_mode``,
       ``num_key_groups``, ``key_group_layout``, ``side_outputs`` (read with ``main_output`` / ``side_output``),
-      ``emit_metrics``, ``processing_time_poll_interval_ms``, ``state_backend`` (``"heap"`` or ``"rocksdb"``),
+      ``progress_metrics``, ``emit_metrics``, ``processing_time_poll_interval_ms``, ``state_backend`` (``"heap"`` or ``"rocksdb"``),
       ``state_storage``, ``state_storage_options``, ``state_local_dir``, ``uid``, ``rocksdb_options``,
       ``snapshot_policy`` and ``initial_state`` (the bootstrap's key column types are compared with
       ``first_key_columns``').
@@ -201,8 +203,8 @@ def keyed_co_process(
             f"function must be a KeyedCoProcessFunction instance (process_element1 and process_element2), got "
             f"{type(function).__qualname__}; a KeyedProcessFunction runs with keyed_process"
         )
-    layout = output_layout(output_schema, side_outputs, emit_metrics, processing_time_poll_interval_ms,
-                           num_key_groups, key_group_layout)
+    layout = output_layout(output_schema, side_outputs, emit_metrics or progress_metrics,
+                           processing_time_poll_interval_ms, num_key_groups, key_group_layout)
     check_time_mode(time_mode)
     inputs = (first, second)
     key_lists = (first_key_columns, second_key_columns)
@@ -252,12 +254,13 @@ def keyed_co_process(
         micros_columns=micros_columns,
         time_ms_column=None if event_time_columns is None else EVENT_TIME_MS_COLUMN, time_mode=time_mode,
         num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
-        emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
-        state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options, inputs=columns,
-        initial_state=initial_state,
+        emit_metrics=emit_metrics or progress_metrics, key_group_layout=key_group_layout,
+        state_backend=state_backend, state_storage=state_storage, state_local_dir=state_local_dir, uid=uid,
+        rocksdb_options=rocksdb_options, snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
+        inputs=columns, initial_state=initial_state,
     )
-    return prepared.groupBy(*grouping).applyInPandasWithState(*args)
+    output = prepared.groupBy(*grouping).applyInPandasWithState(*args)
+    return with_progress_metrics(output, function, uid, output_schema, side_outputs, emit_metrics, progress_metrics)
 
 
 def _event_time_columns(event_time_columns: Any, time_mode: str) -> tuple[Optional[str], Optional[str]]:

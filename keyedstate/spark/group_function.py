@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import gc
 import logging
+import warnings
 from dataclasses import dataclass
+from time import perf_counter
 from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
@@ -35,6 +37,7 @@ from keyedstate.spark.compat import (
 from keyedstate.checkpoint.locations import join_location
 from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
+from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, CallMetrics
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_elements import (
@@ -51,12 +54,6 @@ from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.base.backend import StateMetadata
 
 __all__ = ["GroupFunctionSpec", "make_group_function", "METRICS_TAG", "METRICS_SCHEMA_DDL"]
-
-METRICS_TAG = "keyedstate_metrics"
-METRICS_SCHEMA_DDL = (
-    "key_group INT, elements BIGINT, timers_fired BIGINT, keys_with_state BIGINT, pending_timers BIGINT, "
-    "state_bytes BIGINT"
-)
 
 logger = logging.getLogger("keyedstate.spark.group")
 
@@ -78,7 +75,7 @@ class GroupFunctionSpec:
     poll_interval_ms: int
     layout: OutputLayout
     group_by_user_key: bool = False
-    emit_metrics: bool = False
+    emit_metrics: bool = False  # each call emits its metrics row (keyedstate.spark.metrics)
     key_group_layout: str = BALANCED
     parallelism: int = 1  # spark.sql.shuffle.partitions when the query was defined
     state_backend: str = HEAP
@@ -130,6 +127,11 @@ class _GroupRuntime:
         )
         self.operator.open()
         self.build_values = _values_builder(spec)
+        # PySpark's worker concatenates the calls' output frames; a frame whose columns are all null (the main
+        # columns of a metrics row, the metrics column of main rows) makes pandas warn about a dtype rule it will
+        # change. The declared Arrow schema decides the types, so the warning says nothing about keyedstate's output.
+        warnings.filterwarnings("ignore", category=FutureWarning,
+                                message="The behavior of DataFrame concatenation with empty or all-NA entries")
         self.single_key = len(spec.key_columns) == 1
         self._checked_queries: set[str] = set()
 
@@ -148,7 +150,7 @@ class _GroupRuntime:
         gc.disable()
         succeeded = False
         try:
-            output = self._run(key_group, frames, group_state, batch_id, where)
+            outputs = self._run(key_group, frames, group_state, batch_id, where)
             succeeded = True
         except KeyedStateError as error:
             if str(error).startswith(where):  # raised with the location already (output conversion)
@@ -160,8 +162,9 @@ class _GroupRuntime:
             finally:
                 if gc_was_enabled:
                     gc.enable()
-        if output is not None and not output.empty:
-            yield output
+        for output in outputs:
+            if not output.empty:
+                yield output
 
     def _check_restart(self, batch_id: Optional[int]) -> None:
         """Before this worker process runs anything of a query: are the committed state's settings still ours?"""
@@ -213,44 +216,69 @@ class _GroupRuntime:
         return key_group
 
     def _run(self, key_group: int, frames: Iterator[pd.DataFrame], group_state: Any, batch_id: Optional[int],
-             where: str) -> Optional[pd.DataFrame]:
+             where: str) -> list[pd.DataFrame]:
+        started = perf_counter()
         operator = self.operator
+        timers = operator.timer_service
         fired_before = operator.timers_fired
         processed_before = operator.elements_processed
+        timer_counts = operator.user_timer_service.timer_counts
+        registered_before, deleted_before = timer_counts()
+        metrics = CallMetrics()
         now = int(group_state.getCurrentProcessingTimeMs())
         self.clock.now_ms = now  # before the load: TTL turned on stamps migrated entries with this time
-        self.store.load(key_group, group_state, batch_id, operator.timer_service)
+        self.store.load(key_group, group_state, batch_id, timers)
         self.backend.settle_restored_states()  # migrate older layouts, drop removed states: before any user code
+        loaded = perf_counter()
+        metrics.restore_s = loaded - started
         watermark = watermark_or_none(group_state)
         initial = self.spec.initial_state
         if watermark is not None and initial is not None and initial.watermark_ms is not None:
             # a query started from a savepoint continues the old query's watermark (Spark's starts again at 0)
             watermark = max(watermark, initial.watermark_ms)
+        self._note_timer_lag(key_group, now, metrics)
         operator.advance_watermark(MIN_WATERMARK if watermark is None else watermark)
         operator.advance_processing_time(now)
+        metrics.timer_s = perf_counter() - loaded
         elements = [frame for frame in frames if not frame.empty]
         if elements:
             batch = elements[0] if len(elements) == 1 else pd.concat(elements, ignore_index=True)
-            self._process(key_group, batch, where)
+            self._process(key_group, batch, where, watermark, metrics)
+        self._note_timer_lag(key_group, now, metrics)
+        firing = perf_counter()
         operator.advance_processing_time(now)
+        metrics.timer_s += perf_counter() - firing
         self.backend.cleanup_expired_state()
         keys_with_state = self.store.keys_with_state() if self.spec.emit_metrics else 0
-        state_bytes = self._persist(key_group, group_state, batch_id, watermark, now)
+        written = self._persist(key_group, group_state, batch_id, watermark, now)
         marks = operator.outputs.key_marks
         records, _ = operator.outputs.drain()
         side = operator.outputs.drain_all_side()
         if self.spec.emit_metrics:
-            side.setdefault(METRICS_TAG, []).append(((
-                key_group, operator.elements_processed - processed_before, operator.timers_fired - fired_before,
-                keys_with_state, operator.timer_service.num_event_time_timers(key_group)
-                + operator.timer_service.num_processing_time_timers(key_group), state_bytes,
+            outputs = len(records) + sum(len(values) for values in side.values())
+            registered, deleted = timer_counts()
+            side.setdefault(METRICS_TAG, []).append((metrics.row(
+                key_group, elements=operator.elements_processed - processed_before, outputs=outputs,
+                watermark=watermark, timers_fired=operator.timers_fired - fired_before,
+                timers_registered=registered - registered_before, timers_deleted=deleted - deleted_before,
+                pending_timers=timers.num_event_time_timers(key_group) + timers.num_processing_time_timers(key_group),
+                keys_with_state=keys_with_state, state_bytes=self.store.state_bytes(written), bytes_written=written,
+                base_bytes_written=self.store.base_bytes_written, call_s=perf_counter() - started,
             ), None))
         if not records and not side:
-            return None
-        return self.spec.layout.to_pandas(records, side, f"{where}, output of {operator.function_name}",
+            return []
+        return self.spec.layout.to_frames(records, side, f"{where}, output of {operator.function_name}",
                                           lambda index: OutputBuffer.key_of(marks, index))
 
-    def _process(self, key_group: int, batch: pd.DataFrame, where: str) -> None:
+    def _note_timer_lag(self, key_group: int, now: int, metrics: CallMetrics) -> None:
+        """Before processing time advances to ``now``: how late the oldest due processing-time timer fires."""
+        if self.spec.emit_metrics:
+            due = self.operator.timer_service.earliest_timer(TimeDomain.PROCESSING_TIME, key_group)
+            if due is not None and due.timestamp <= now:
+                metrics.timer_lag_ms = max(metrics.timer_lag_ms or 0, now - due.timestamp)
+
+    def _process(self, key_group: int, batch: pd.DataFrame, where: str, watermark: Optional[int],
+                 metrics: CallMetrics) -> None:
         spec = self.spec
         decode_micros_columns(batch, spec.micros_columns)
         key_columns = list(spec.key_columns)
@@ -274,6 +302,8 @@ class _GroupRuntime:
                     f"{self.call_name}"
                 )
             times = time_series.to_numpy().astype("int64", copy=False)
+            if watermark is not None:
+                metrics.late_elements = int(np.count_nonzero(times < watermark))
         order, starts = group_order(codes, times)
         ends = starts[1:] + [len(order)]
         firsts = order[starts]
@@ -288,9 +318,11 @@ class _GroupRuntime:
         if not self.backend.key_group_range.start <= key_group <= self.backend.key_group_range.end:
             self.backend.set_current_key_in_group(keys[0], encode_key(keys[0]), key_group)  # raises
         runs = zip(keys, encode_keys_with_prefix(prefix, keys), starts, ends)
+        started = perf_counter()
         try:
             self.operator.process_key_runs(runs, values, timestamps, input_indexes)
         finally:
+            metrics.process_s = perf_counter() - started
             self.backend.clear_current_key()
 
     def _persist(self, key_group: int, group_state: Any, batch_id: Optional[int], watermark: Optional[int],

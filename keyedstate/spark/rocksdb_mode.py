@@ -272,6 +272,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         assert self._call is not None
         path, record, versions = self._call
         changes = self.backend.take_changes()
+        self.base_bytes_written = 0
         if record is None and self.backend.is_empty():
             group_state.remove()  # nothing was ever stored for this group
             return False, 0
@@ -282,6 +283,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             new = replace(new, origin=self.origin)
         group_state.update(version_row(self.num_key_groups, new))
         self._saved_tag = new.tag
+        if new is not record and (record is None or new.base_batch != record.base_batch):
+            self.base_bytes_written = written  # the new base, with the changelog that bridges to it
         return True, written
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
@@ -321,6 +324,10 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
     def keys_with_state(self) -> int:
         return self.backend.estimate_keys_with_state()
+
+    def state_bytes(self, saved_bytes: int) -> int:
+        """The key group's local database: live SST files and memtables (RocksDB's own accounting)."""
+        return self.backend.estimate_state_bytes()
 
 
 def _moved_message(key_group: int, record: VersionRecord, location: str, uid: str) -> str:

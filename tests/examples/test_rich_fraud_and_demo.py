@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,5 +79,8 @@ def test_the_demo_runs_on_spark_and_prints_progress_and_alerts(tmp_path):
     progress = [line for line in lines if line.startswith("batch ")]
     assert [line.split(":")[0] for line in progress[:3]] == ["batch   0", "batch   1", "batch   2"]
     assert all("active_keys=" in line and "timers_fired=" in line and "state=" in line for line in progress)
+    # keyed_process's numbers come from the query's progress: every input row reached the function
+    counts = [{name: float(value) for name, value in re.findall(r"(\w+)=\s*([\d.]+)", line)} for line in progress[:3]]
+    assert all(c["rows"] == c["processed"] > 0 and c["active_keys"] > 0 for c in counts), progress
     assert any("ALERT small-then-large" in line for line in lines)
     assert lines[-1].startswith("done in")

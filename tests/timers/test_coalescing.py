@@ -175,3 +175,24 @@ def test_a_registration_creates_the_queue_of_a_key_group_without_timers_and_dele
     assert [t for t, _ in _timers(service, TimeDomain.PROCESSING_TIME)] == [4]
     service.advance_watermark(6)
     assert rec.take() == [(6, "fresh")]
+
+
+def test_the_service_counts_a_runs_registrations_and_deletions_once_per_timestamp_and_direct_calls_each(setup):
+    """What keyed_process reports as numRegisteredTimers and numDeletedTimers (docs/operations.md, Monitoring)."""
+    backend, service, _ = make(setup)
+    at(backend, "k")
+    calls = _collecting(service)
+    calls.register_event_time_timer(10)
+    calls.register_event_time_timer(10)  # the same timestamp again in the run: one registration
+    calls.register_event_time_timer(20)
+    calls.delete_event_time_timer(20)  # the last call per timestamp counts: a deletion
+    calls.delete_processing_time_timer(99)  # deleting a timer that does not exist counts too
+    calls.register_processing_time_timer(30)
+    calls.flush()
+    assert calls.timer_counts() == (2, 2)
+    calls.flush()  # nothing collected since: nothing counted
+    calls.collecting = False  # as in on_timer: every call reaches the service, and counts
+    calls.register_event_time_timer(40)
+    calls.register_event_time_timer(40)
+    calls.delete_event_time_timer(10)
+    assert calls.timer_counts() == (4, 3)

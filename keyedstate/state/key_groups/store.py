@@ -59,6 +59,14 @@ class KeyGroupStore(ABC):
     def keys_with_state(self) -> int:
         """Keys holding state in the current key group (for metrics; RocksDB mode: RocksDB's estimate)."""
 
+    base_bytes_written = 0
+    """Of the bytes the last :meth:`save` wrote, those of a new base snapshot (RocksDB mode; for metrics)."""
+
+    def state_bytes(self, saved_bytes: int) -> int:
+        """The current key group's state size after a :meth:`save` that wrote ``saved_bytes`` (for metrics): the
+        row itself where the row holds the state."""
+        return saved_bytes
+
 
 def check_recorded_key_groups(row: StateRow, num_key_groups: int) -> None:
     if row.key_groups != num_key_groups:

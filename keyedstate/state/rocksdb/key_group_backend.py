@@ -128,6 +128,18 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
                 return -1
         return total
 
+    def estimate_state_bytes(self) -> int:
+        """Bytes of the database's live SST files and memtables over every column family (state, timers and
+        metadata), from RocksDB's properties; -1 when RocksDB does not say."""
+        total = 0
+        for family in self._database.column_families.values():
+            try:
+                total += int(family.property_int_value("rocksdb.live-sst-files-size") or 0)
+                total += int(family.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+            except Exception:  # for metrics only; rocksdict raises plain Exception
+                return -1
+        return total
+
     def cleanup_expired_state(self) -> int:
         """Nothing per call: scanning every entry of a large key group each call would cost what the RocksDB mode
         exists to avoid. Expired entries are never returned (reads check the TTL) and are removed from storage when
