@@ -10,11 +10,10 @@ stands beyond the savepoint's batch is refused, since a new query would skip the
 from __future__ import annotations
 
 import logging
-import re
 from typing import Any, Mapping, Optional, Sequence
 
 from connectors.kafka.errors import KafkaConfigurationError
-from connectors.kafka.offsets import TP, fmt_offsets, from_offset_json, to_offset_json
+from connectors.kafka.offsets import TP, fmt_offsets, offsets_of_sources, to_offset_json
 from connectors.kafka.options import KafkaOptions, parse_options
 
 __all__ = ["commit_savepoint_offsets"]
@@ -22,27 +21,9 @@ __all__ = ["commit_savepoint_offsets"]
 log = logging.getLogger("keyedstate.connectors.kafka.group_offsets")
 
 
-def _ours(opts: KafkaOptions, topic: str) -> bool:
-    if opts.subscribe:
-        return topic in opts.subscribe
-    if opts.assign is not None:
-        return topic in opts.assign
-    return bool(opts.subscribe_pattern and re.fullmatch(opts.subscribe_pattern, topic))
-
-
 def _source_offsets(opts: KafkaOptions, sources: Sequence[Optional[Mapping[str, Any]]],
                     source_index: Optional[int]) -> dict[TP, int]:
-    if source_index is not None:
-        line = sources[source_index] if 0 <= source_index < len(sources) else None
-        return from_offset_json(line) if line else {}
-    found = []
-    for line in sources:
-        try:
-            offsets = from_offset_json(line) if line else {}
-        except (ValueError, TypeError, AttributeError):
-            continue
-        if offsets and all(_ours(opts, topic) for topic, _ in offsets):
-            found.append(offsets)
+    found = offsets_of_sources(sources, source_index, opts.reads_topic)
     if len(found) > 1:
         raise KafkaConfigurationError(f"{len(found)} sources of the query read {opts.topics_description}; pass "
                                       f"kafka_source_index= (the source's position in the query)")

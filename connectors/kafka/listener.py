@@ -14,17 +14,16 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
 import time
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 from urllib.parse import urlparse
 
 from pyspark.sql.streaming import StreamingQueryListener
 
 from connectors.kafka.committer import CheckpointOffsetCommitter
 from connectors.kafka.errors import KafkaConfigurationError
-from connectors.kafka.offsets import TP, fmt_offsets, from_offset_json
+from connectors.kafka.offsets import TP, fmt_offsets, from_offset_json, offsets_of_sources
 from connectors.kafka.options import KafkaOptions, parse_options
 
 __all__ = ["KafkaOffsetCommitListener", "attach_commit_listener", "latest_committed_batch", "batch_end_offsets"]
@@ -62,16 +61,10 @@ def batch_end_offsets(checkpoint_location: str, batch_id: int, opts: KafkaOption
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
     sources = lines[2:]  # "v1", batch metadata, then one line per source ("-" when a source has no offset)
+    parsed = [_json_or_none(line) for line in sources]
     if source_index is not None:
-        return from_offset_json(json.loads(sources[source_index]))
-    found: list[dict[TP, int]] = []
-    for line in sources:
-        try:
-            offs = from_offset_json(json.loads(line))
-        except (ValueError, TypeError, AttributeError):
-            continue
-        if offs and all(_ours(opts, t) for t, _ in offs):
-            found.append(offs)
+        return from_offset_json(parsed[source_index])
+    found = offsets_of_sources(parsed, None, opts.reads_topic)
     if len(found) > 1:
         raise KafkaConfigurationError(
             f"batch {batch_id} of checkpoint {checkpoint_location} has {len(found)} Kafka sources reading these "
@@ -79,12 +72,11 @@ def batch_end_offsets(checkpoint_location: str, batch_id: int, opts: KafkaOption
     return found[0] if found else {}
 
 
-def _ours(opts: KafkaOptions, topic: str) -> bool:
-    if opts.subscribe:
-        return topic in opts.subscribe
-    if opts.assign is not None:
-        return topic in opts.assign
-    return bool(opts.subscribe_pattern and re.fullmatch(opts.subscribe_pattern, topic))
+def _json_or_none(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:  # "-": a source without offsets in this batch
+        return None
 
 
 class KafkaOffsetCommitListener(StreamingQueryListener):

@@ -62,6 +62,14 @@ class KafkaOptions:
     max_batch_records: int = 10_000
     kafka: dict[str, str] = field(default_factory=dict)
 
+    def reads_topic(self, topic: str) -> bool:
+        """Whether this source reads ``topic`` (subscribed, assigned, or matching the pattern)."""
+        if self.subscribe:
+            return topic in self.subscribe
+        if self.assign is not None:
+            return topic in self.assign
+        return bool(self.subscribe_pattern and re.fullmatch(self.subscribe_pattern, topic))
+
     @property
     def topics_description(self) -> str:
         """Human-readable subscription for error messages."""

@@ -29,15 +29,14 @@ from keyedstate.api.time_domain import TimeDomain
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import ConfigurationError, KeyedStateError, SnapshotError
+from keyedstate.errors import ConfigurationError, KeyedStateError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
-from keyedstate.redaction import redact_uri
 from keyedstate.spark.api import KEY_GROUP_COLUMN, _check_key_columns, _check_num_key_groups, add_key_group_column
 from keyedstate.spark.compat import check_arrow
 from keyedstate.spark.group_function import PROCESSING_TIME, GroupFunctionSpec, _GroupRuntime
+from keyedstate.spark.metrics import CallMetrics
 from keyedstate.state.key_groups.initial_state import (
-    BOOTSTRAP_MANIFEST, KeyedStateBootstrap, encode_row, read_bootstrap_manifest, storage_at,
-    write_bootstrap_manifest,
+    KeyedStateBootstrap, encode_row, new_bootstrap_storage, storage_at, write_bootstrap_manifest,
 )
 from keyedstate.spark.key_group_layout import IDENTITY
 from keyedstate.state.key_groups.store import HEAP, STATE_BACKENDS, KeyGroupStore
@@ -101,14 +100,7 @@ def bootstrap_keyed_state(
         raise ConfigurationError(f"path must be a path or URI string, got {path!r}")
     path = os.fspath(path)
     options = StorageOptions.parse(state_storage_options)
-    try:
-        storage = CheckpointStorage(path, options=options)
-        existing = read_bootstrap_manifest(path, options)
-    except (SnapshotError, ConfigurationError) as error:
-        raise ConfigurationError(f"path {redact_uri(path)!r} is not usable: {error}") from error
-    if existing is not None:
-        raise ConfigurationError(f"path {path!r} already holds bootstrap {existing['bootstrap_id']} "
-                                 f"({BOOTSTRAP_MANIFEST}); queries may be reading it. Write to a new path")
+    storage = new_bootstrap_storage(path, options)
     types = {field.name: field.dataType.simpleString() for field in df.schema.fields}
     job = _BootstrapJob.create(bootstrap_function, path, options, tuple((c, types[c]) for c in key_columns),
                                tuple(df.columns), num_key_groups, state_backend, state_local_dir, rocksdb_options)
@@ -218,7 +210,7 @@ class _BootstrapRuntime(_GroupRuntime):
         try:
             self.store.load(key_group, captured, None, timers)
             if not frame.empty:
-                self._process(key_group, frame, where)
+                self._process(key_group, frame, where, None, CallMetrics())  # bootstraps report no metrics
             records, _ = self.operator.outputs.drain()
             if records or self.operator.outputs.drain_all_side():
                 raise ConfigurationError(

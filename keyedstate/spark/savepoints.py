@@ -32,8 +32,7 @@ import pyspark
 
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
-from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import ConfigurationError, SnapshotError
+from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import validate_num_key_groups
 from keyedstate.redaction import redact_uri
 from keyedstate.spark.savepoint_records import CHUNK_SCHEMA, SourceDecoder
@@ -41,7 +40,8 @@ from keyedstate.spark.savepoint_source import SavepointSource, checkpoint_source
     is_savepoint_directory
 from keyedstate.spark.savepoint_writer import RESULT_SCHEMA, TargetWriter
 from keyedstate.state.key_groups.initial_state import (
-    BOOTSTRAP_MANIFEST, KeyedStateBootstrap, read_bootstrap_manifest, write_bootstrap_manifest,
+    BOOTSTRAP_MANIFEST, KeyedStateBootstrap, new_bootstrap_storage, read_bootstrap_manifest,
+    write_bootstrap_manifest,
 )
 from keyedstate.state.key_groups.store import STATE_BACKENDS
 
@@ -157,7 +157,7 @@ def write_savepoint(
         validate_num_key_groups(num_key_groups)
     source_options = StorageOptions.parse(state_storage_options)
     target_options = StorageOptions.parse(savepoint_storage_options)
-    storage = _new_savepoint_storage(path, target_options)
+    storage = new_bootstrap_storage(path, target_options)
     if not isinstance(source, (str, os.PathLike, KeyedStateBootstrap)):
         raise ConfigurationError(f"source must be a checkpoint location or a savepoint path (or a Savepoint), got "
                                  f"{type(source).__qualname__}")
@@ -205,16 +205,6 @@ def write_savepoint(
     return savepoint
 
 
-def _new_savepoint_storage(path: str, options: Optional[StorageOptions]) -> CheckpointStorage:
-    try:
-        storage = CheckpointStorage(path, options=options)
-        existing = read_bootstrap_manifest(path, options)
-    except (SnapshotError, ConfigurationError) as error:
-        raise ConfigurationError(f"path {redact_uri(path)!r} is not usable: {error}") from error
-    if existing is not None:
-        raise ConfigurationError(f"path {redact_uri(path)!r} already holds a savepoint or bootstrap "
-                                 f"({BOOTSTRAP_MANIFEST}); queries may be reading it. Write to a new path")
-    return storage
 
 
 def stop_with_savepoint(

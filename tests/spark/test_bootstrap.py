@@ -207,7 +207,8 @@ def test_the_driver_refuses_a_bootstrap_that_does_not_fit_the_query(spark, tmp_p
 
 def test_bootstrap_keyed_state_refuses_what_it_cannot_write(spark, tmp_path, small_bootstrap):
     frame = spark.read.schema(SCHEMA).json(str(Path(small_bootstrap.path).parent / "history"))  # ts_ms unused
-    with pytest.raises(ConfigurationError, match="already holds bootstrap [0-9a-f]+ .*Write to a new path"):
+    with pytest.raises(ConfigurationError,
+                       match="already holds a savepoint or bootstrap \\([0-9a-f]+, .*Write to a new path"):
         bootstrap_keyed_state(frame, ["user"], TallySeed(), path=small_bootstrap.path, num_key_groups=4)
     with pytest.raises(ConfigurationError, match="reads a batch DataFrame"):
         bootstrap_keyed_state(spark.readStream.schema(SCHEMA).json(str(tmp_path)), ["user"], TallySeed(),

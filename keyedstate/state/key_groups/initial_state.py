@@ -33,7 +33,7 @@ from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.rocksdb.versions import Where
 
 __all__ = ["KeyedStateBootstrap", "InitialState", "BOOTSTRAP_MANIFEST", "resolve_initial_state", "check_origin",
-           "encode_row", "read_bootstrap_manifest", "storage_at", "write_bootstrap_manifest"]
+           "encode_row", "new_bootstrap_storage", "read_bootstrap_manifest", "storage_at", "write_bootstrap_manifest"]
 
 BOOTSTRAP_MANIFEST = "_bootstrap.json"
 _MANIFEST_FORMAT = 1
@@ -100,6 +100,20 @@ def storage_at(location: str, options: Optional[StorageOptions]) -> CheckpointSt
     storage = _STORAGES.get(key)
     if storage is None:
         storage = _STORAGES[key] = CheckpointStorage(location, options=options)
+    return storage
+
+
+def new_bootstrap_storage(path: str, options: Optional[StorageOptions]) -> CheckpointStorage:
+    """The storage at ``path`` for a new bootstrap or savepoint; refuses a path that already holds one."""
+    try:
+        storage = CheckpointStorage(path, options=options)
+        existing = read_bootstrap_manifest(path, options)
+    except (SnapshotError, ConfigurationError) as error:
+        raise ConfigurationError(f"path {redact_uri(path)!r} is not usable: {error}") from error
+    if existing is not None:
+        raise ConfigurationError(f"path {redact_uri(path)!r} already holds a savepoint or bootstrap "
+                                 f"({existing['bootstrap_id']}, {BOOTSTRAP_MANIFEST}); queries may be reading it. "
+                                 f"Write to a new path")
     return storage
 
 
