@@ -34,9 +34,10 @@ def test_a_restart_with_another_uid_fails_instead_of_starting_from_empty_state(s
     run_batches(spark, tmp_path, range(2), **rocksdb(tmp_path))
     with pytest.raises(StreamingQueryException) as failure:
         run_batches(spark, tmp_path, range(2, 3), **rocksdb(tmp_path, uid="Renamed"))
-    message = str(failure.value)
-    assert "uid='Renamed' but the checkpoint was written with uid='CountListAndQuiet'" in message
-    assert "Restart with uid='CountListAndQuiet'" in message
+    message = str(failure.value)  # refused by the restart record, before any key group loads
+    assert "RestartSettingsChangedError" in message
+    assert "written with uid='CountListAndQuiet', but it now runs with uid='Renamed'" in message
+    assert "Keep uid='CountListAndQuiet'" in message
 
 
 def test_a_restart_with_another_state_storage_fails_naming_both(spark, tmp_path):
