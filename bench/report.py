@@ -23,8 +23,8 @@ import report_history  # noqa: E402
 import report_large_state as LS  # noqa: E402
 import report_savepoint as SP  # noqa: E402
 import report_spark as S  # noqa: E402
-from report_sections import (find_bench as _bench, harness_section, kafka_section, state_section,  # noqa: E402
-                             timers_section)
+from report_sections import (find_bench as _bench, harness_section, kafka_section, metrics_cost,  # noqa: E402
+                             metrics_section, state_section, timers_section)
 from report_why import WHY  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -132,6 +132,13 @@ def targets(run: dict) -> list[dict]:
                              "RocksDB mode vs row mode (2M)"))
     out.append(_report_target("7", "state-heavy MapState, per-batch time: keyed_process vs TWS",
                               S.heavy_summary(run["spark"])))
+    metrics = metrics_cost(run)
+    cost = metrics and metrics.get("median_cost")
+    out.append(_ratio_target("33", "keyed_process with progress metrics vs without (speed), 2M events in one batch: "
+                             "metrics cost at most 3% (CPU)", None if cost is None else 1 / (1 + cost), 0.971,
+                             WHY["metrics"], cost is not None and f"CPU cost {cost:+.1%}, wall "
+                             f"{metrics['median_wall_cost']:+.1%}; medians of interleaved rounds",
+                             "metrics on / off"))
     return out + LS.targets(run["spark"])
 
 
@@ -248,7 +255,7 @@ def write_report(results: Path, report_dir: Path) -> list[Path]:
     history = report_history.section(rows, results, REPO_ROOT, run["meta"].get("started_utc"),
                                      lambda directory: targets(load_run(directory)))
     lines = (_header(run) + _targets_section(rows, has_targets_plot) + history + state_section(run) + timers_section(run)
-             + harness_section(run) + kafka_section(run) + _spark_section(run, has_scaling_plot)
+             + harness_section(run) + kafka_section(run) + _spark_section(run, has_scaling_plot) + metrics_section(run)
              + LS.section(run["spark"], has_large_state_plot) + SP.section(run["spark"]))
     out = report_dir / "RESULTS.md"
     out.write_text("\n".join(lines).rstrip() + "\n")

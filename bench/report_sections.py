@@ -170,3 +170,36 @@ def kafka_section(run: dict) -> list[str]:
                     "streaming source costs in Spark before it reads a record, i.e. the stream-reader process Spark "
                     "starts per query (most of the start-up column) and the JVM's conversion of Arrow batches into "
                     "rows.", ""]
+
+
+def metrics_cost(run: dict) -> dict | None:
+    """The progress-metrics suite's result (bench/test_progress_metrics_bench.py), or None when it was not run."""
+    bench = find_bench(run, "metrics", "test_progress_metrics_cost")
+    return bench and bench.get("extra_info")
+
+
+def metrics_section(run: dict) -> list[str]:
+    title = ["## Metrics in the query's progress (issue 33)", ""]
+    info = metrics_cost(run)
+    if not info or not info.get("cpu_cost_per_round"):
+        return title + ["Not measured in this run.", ""]
+    lines = title + [
+        f"`bench/test_progress_metrics_bench.py`: count-with-timeout over {info['events']:,} events and "
+        f"{info['keys']:,} keys in ONE micro-batch (Trigger.AvailableNow; the no-data batch after it fires the timers "
+        "and emits one output per key), run with `progress_metrics=True` (the default) and `False`, alternating "
+        f"which goes first, {info['rounds']} rounds after a warm-up round (load {_load({'extra_info': info})}). "
+        "**CPU s** is what the run's processes spent (the driver, Spark's JVM and its Python workers, from "
+        "/proc), which the target is judged on: other processes on the machine barely move it. **Wall s** is query "
+        "start to stop, which they do. Each cost is the median of the per-round differences; the target is at most "
+        f"{info['target']:.0%}.", "",
+        "| round | CPU s on | CPU s off | CPU cost | wall s on | wall s off | wall cost |",
+        "|---:|---:|---:|---:|---:|---:|---:|"]
+    for index, row in enumerate(zip(info["cpu_s_metrics_on"], info["cpu_s_metrics_off"], info["cpu_cost_per_round"],
+                                    info["wall_s_metrics_on"], info["wall_s_metrics_off"],
+                                    info["wall_cost_per_round"]), 1):
+        cpu_on, cpu_off, cpu_cost, wall_on, wall_off, wall_cost = row
+        lines.append(f"| {index} | {cpu_on:.2f} | {cpu_off:.2f} | {cpu_cost:+.1%} | {wall_on:.2f} | {wall_off:.2f} | "
+                     f"{wall_cost:+.1%} |")
+    lines += ["", f"Median cost: **{info['median_cost']:+.1%} CPU** (target <= {info['target']:.0%}), "
+              f"{info['median_wall_cost']:+.1%} wall.", ""]
+    return lines

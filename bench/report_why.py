@@ -47,4 +47,8 @@ WHY = {
                       "machine's drift between minutes (2M table). See bench/PROFILE-spark.md.",
     "pyflink": "PyFlink in local mode has a fixed job start-up cost (shown under the Spark tables) and a blocking "
                "gRPC round trip per state access of a key outside its Python state cache.",
+    "metrics": "Each key-group call measures clocks and counters and emits one encoded metrics row, and every "
+               "output row carries the (null) metrics and tag columns through Arrow and past the observe and filter "
+               "in Spark. Single rounds vary by several percent either way on 2 shared cores, so a median of few "
+               "rounds can land on either side of the target.",
 }

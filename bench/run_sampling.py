@@ -52,6 +52,22 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
+def process_tree_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user + system) spent so far by ``root`` (default: this process) and its descendants: in local
+    mode the driver, Spark's JVM and its Python workers. A child that exited counts through its parent's
+    children-times once reaped, as Spark's Python daemon reaps its workers."""
+    root = os.getpid() if root is None else root
+    ticks = 0
+    for pid in [root] + _descendants(root):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:  # ended meanwhile: its time is in its parent's children-times
+            continue
+        ticks += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class WorkerMemory:
     """Peak resident memory (VmHWM) of this process's Spark Python workers, sampled every second in the background
     so a worker that exits mid-run (Spark reaps idle workers after a minute) still counts."""

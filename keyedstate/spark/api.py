@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DataType,
     LongType,
+    StringType,
     StructType,
     TimestampNTZType,
     TimestampType,
@@ -30,7 +31,7 @@ from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, MAX_NUM_KEY_GROUPS
 from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_function import EVENT_TIME, PROCESSING_TIME, GroupFunctionSpec, make_group_function
-from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, metrics_name, observe_metrics
+from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, metrics_name, metrics_struct, observe_metrics
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap, resolve_initial_state
 from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
@@ -413,9 +414,9 @@ def with_progress_metrics(output: DataFrame, function: Any, uid: Optional[str], 
                           progress_metrics: bool) -> DataFrame:
     """``output`` with its metric rows observed into the query's progress (``progress_metrics``), and without
     them unless ``emit_metrics`` keeps them."""
-    if not progress_metrics:
-        return output
     metrics_column = side_output_column(METRICS_TAG)
+    if not progress_metrics:
+        return output.withColumn(metrics_column, metrics_struct(F.col(metrics_column))) if emit_metrics else output
     if side_outputs:
         keep = [c for c in output.columns if c != metrics_column]
     else:
@@ -435,4 +436,8 @@ def side_output(output: DataFrame, tag_id: str) -> DataFrame:
     column = side_output_column(tag_id)
     if column not in output.columns:
         raise ConfigurationError(f"side output {tag_id!r} was not declared in keyed_process(side_outputs=...)")
-    return output.where(F.col(SIDE_OUTPUT_TAG_COLUMN) == tag_id).select(f"{column}.*")
+    rows = output.where(F.col(SIDE_OUTPUT_TAG_COLUMN) == tag_id)
+    if tag_id == METRICS_TAG and isinstance(output.schema[column].dataType, StringType):
+        # as the metrics rows left the workers: applyInPandasWithState's output without keyed_process's projection
+        return rows.select(metrics_struct(F.col(column)).alias(column)).select(f"{column}.*")
+    return rows.select(f"{column}.*")

@@ -7,11 +7,16 @@ with Spark's ``DataFrame.observe`` (:func:`observe_metrics`), which puts one set
 Spark Connect clients see them, and then filters the rows out of the stream (unless ``emit_metrics=True`` asked to
 keep them). Observed metrics work the same on Spark 3.5 to 4.3 and through Spark Connect; nothing here needs a
 listener or an accumulator. Each metric is documented once, in docs/operations.md ("Monitoring").
+
+Between the Python workers and Spark a metrics row travels as one string column (its values joined by commas, an
+empty part for null), rebuilt into the :data:`METRICS_SCHEMA_DDL` struct on the Spark side (:func:`metrics_struct`).
+Every output row carries that column, null but for the metrics rows, and PySpark converts a struct column from
+pandas value by value: at 500,000 outputs a batch that cost about 0.13 s, a string column nothing measurable.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 __all__ = [
     "METRICS_TAG",
@@ -19,7 +24,9 @@ __all__ = [
     "METRICS_NAME_PREFIX",
     "PROGRESS_METRICS",
     "CallMetrics",
+    "encode_metrics_row",
     "metrics_name",
+    "metrics_struct",
     "observe_metrics",
 ]
 
@@ -35,6 +42,10 @@ METRICS_SCHEMA_DDL = (
 """One row per key-group call: its key group, what it processed and emitted, its timers, its state after the call
 and the time it took (microseconds). docs/operations.md, "Monitoring", says what each column measures."""
 
+METRICS_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (field.split()[0], field.split()[1]) for field in METRICS_SCHEMA_DDL.split(", "))
+"""(name, Spark SQL type) of each field of a metrics row, in order."""
+
 METRICS_NAME_PREFIX = "keyedstate."
 """Observed metrics are named ``keyedstate.<uid>`` (one name per keyed_process of a query)."""
 
@@ -44,84 +55,100 @@ def metrics_name(uid: str) -> str:
     return METRICS_NAME_PREFIX + uid
 
 
-# (progress name, aggregate of the metric rows' fields); the names follow transformWithState's customMetrics and
-# Flink's operator metrics where those have one. ``field(name)`` is the rows' column ``name`` (null in other rows).
-PROGRESS_METRICS: tuple[tuple[str, Callable[[Callable[[str], Any]], Any]], ...] = (
-    ("numRecordsIn", lambda field: _sum(field("elements"))),
-    ("numRecordsOut", lambda field: _sum(field("outputs"))),
-    ("numLateRecords", lambda field: _sum(field("late_elements"))),
-    ("currentWatermark", lambda field: _max(field("watermark"))),
-    ("numRegisteredTimers", lambda field: _sum(field("timers_registered"))),
-    ("numDeletedTimers", lambda field: _sum(field("timers_deleted"))),
-    ("numExpiredTimers", lambda field: _sum(field("timers_fired"))),
-    ("numPendingTimers", lambda field: _sum(field("pending_timers"))),
-    ("processingTimeTimerLagMs", lambda field: _max(field("timer_lag_ms"))),
-    ("numKeysWithState", lambda field: _sum(field("keys_with_state"))),
-    ("stateSizeBytes", lambda field: _sum(field("state_bytes"))),
-    ("stateBytesWritten", lambda field: _sum(field("bytes_written"))),
-    ("stateBaseBytesWritten", lambda field: _sum(field("base_bytes_written"))),
-    ("stateRestoreTimeMs", lambda field: _millis(field("restore_us"))),
-    ("numKeyGroups", lambda field: _count(field("key_group"))),
-    ("maxRecordsPerKeyGroup", lambda field: _sum_or_zero(_max(field("elements")))),
-    ("medianRecordsPerKeyGroup", lambda field: _median(field("elements"))),
-    ("userFunctionTimeMs", lambda field: _millis(field("user_function_us"))),
-    ("keyedStateTimeMs", lambda field: _millis(field("keyedstate_us"))),
-    ("timerProcessingTimeMs", lambda field: _millis(field("timer_us"))),
+# (progress name, how the calls' values of a metrics field are summarised, the field); the names follow
+# transformWithState's customMetrics and Flink's operator metrics where those have one.
+PROGRESS_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("numRecordsIn", "sum", "elements"),
+    ("numRecordsOut", "sum", "outputs"),
+    ("numLateRecords", "sum", "late_elements"),
+    ("currentWatermark", "max", "watermark"),
+    ("numRegisteredTimers", "sum", "timers_registered"),
+    ("numDeletedTimers", "sum", "timers_deleted"),
+    ("numExpiredTimers", "sum", "timers_fired"),
+    ("numPendingTimers", "sum", "pending_timers"),
+    ("processingTimeTimerLagMs", "max", "timer_lag_ms"),
+    ("numKeysWithState", "sum", "keys_with_state"),
+    ("stateSizeBytes", "sum", "state_bytes"),
+    ("stateBytesWritten", "sum", "bytes_written"),
+    ("stateBaseBytesWritten", "sum", "base_bytes_written"),
+    ("stateRestoreTimeMs", "millis", "restore_us"),
+    ("numKeyGroups", "count", "key_group"),
+    ("maxRecordsPerKeyGroup", "max_or_zero", "elements"),
+    # only the key groups that received elements: a call for a due timer alone says nothing about skew
+    ("medianRecordsPerKeyGroup", "median_of_positive", "elements"),
+    ("userFunctionTimeMs", "millis", "user_function_us"),
+    ("keyedStateTimeMs", "millis", "keyedstate_us"),
+    ("timerProcessingTimeMs", "millis", "timer_us"),
 )
 """What ``lastProgress["observedMetrics"][metrics_name(uid)]`` holds, in this order."""
 
 
-def _sum(column: Any) -> Any:
+_PARTS_COLUMN = "keyedstate_metric_parts"  # the split metrics column, only between the split and the observation
+
+
+def _summary_sql(kind: str, field: str) -> str:
+    """The SQL aggregate summarising field ``field`` of the batch's metrics rows as ``kind``.
+
+    Written as SQL, one plain aggregate per metric over the split column: a streaming query plans its observation
+    again in every micro-batch, and higher-order functions or a Column built in a few hundred Py4J calls made
+    that cost a third of a second per query start (bench/test_progress_metrics_bench.py)."""
+    index = next(i for i, (name, _) in enumerate(METRICS_FIELDS) if name == field)
+    part = f"`{_PARTS_COLUMN}`[{index}]"
+    value = f"CASE WHEN {part} != '' THEN CAST({part} AS {METRICS_FIELDS[index][1]}) END"  # '' is a null
+    if kind == "sum":
+        return f"coalesce(sum({value}), 0L)"  # a batch without calls reports 0, not null
+    if kind == "millis":
+        return f"coalesce(CAST(round(sum({value}) / 1000) AS BIGINT), 0L)"
+    if kind == "max":
+        return f"max({value})"
+    if kind == "max_or_zero":
+        return f"coalesce(max({value}), 0L)"
+    if kind == "count":
+        return f"count({value})"
+    assert kind == "median_of_positive", kind
+    positive = f"array_sort(collect_list(CASE WHEN {value} > 0 THEN {value} END))"
+    # the lower median, as percentile_approx(x, 0.5) gives: the ceil(n/2)-th smallest (get: null when empty)
+    return f"coalesce(CAST(get({positive}, CAST((size({positive}) - 1) / 2 AS INT)) AS BIGINT), 0L)"
+
+
+def encode_metrics_row(values: tuple[Any, ...]) -> str:
+    """A metrics row as it travels from a worker to Spark (:func:`metrics_struct` reads it back)."""
+    return ",".join("" if value is None else str(value) for value in values)
+
+
+def _metrics_field(column: Any, name: str) -> Any:
+    """Field ``name`` of the encoded metrics rows in ``column`` (null where the column is null)."""
     from pyspark.sql import functions as F
 
-    return _sum_or_zero(F.sum(column))
+    index = next(i for i, (field, _) in enumerate(METRICS_FIELDS) if field == name)
+    part = F.split(column, ",").getItem(index)
+    # an empty part is a null: cast alone would fail on it under ANSI mode, Spark 4's default
+    return F.when(part != F.lit(""), part.cast(METRICS_FIELDS[index][1]))
 
 
-def _sum_or_zero(aggregate: Any) -> Any:
+def metrics_struct(column: Any) -> Any:
+    """The :data:`METRICS_SCHEMA_DDL` struct of the encoded metrics rows in ``column`` (null in other rows)."""
     from pyspark.sql import functions as F
 
-    return F.coalesce(aggregate, F.lit(0)).cast("long")  # a batch without calls reports 0, not null
-
-
-def _millis(column: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return _sum_or_zero(F.round(F.sum(column) / 1000))
-
-
-def _max(column: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.max(column)
-
-
-def _count(column: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    return F.count(column)
-
-
-def _median(column: Any) -> Any:
-    from pyspark.sql import functions as F
-
-    # only the key groups that received elements: a call for a due timer alone says nothing about skew
-    return _sum_or_zero(F.percentile_approx(F.when(column > 0, column), F.lit(0.5)))
+    fields = F.struct(*[_metrics_field(column, name).alias(name) for name, _ in METRICS_FIELDS])
+    return F.when(column.isNotNull(), fields)
 
 
 def observe_metrics(output: Any, metrics_column: str, tag_column: str, name: str, keep_columns: list[str],
                     keep_rows: bool) -> Any:
     """``output`` (a keyed_process stream whose calls emit metric rows) with the metrics observed under ``name``.
 
-    ``keep_rows`` (``emit_metrics=True``): the stream is returned with its metric rows. Otherwise they are filtered
-    out and the stream is reduced to ``keep_columns``: what it would have without metrics."""
+    ``keep_rows`` (``emit_metrics=True``): the stream is returned with its metric rows, their column as the
+    :data:`METRICS_SCHEMA_DDL` struct. Otherwise they are filtered out and the stream is reduced to
+    ``keep_columns``: what it would have without metrics."""
     from pyspark.sql import functions as F
 
-    def field(name: str) -> Any:
-        return F.col(metrics_column).getField(name)
-
-    observed = output.observe(name, *[aggregate(field).alias(metric) for metric, aggregate in PROGRESS_METRICS])
+    columns = output.columns
+    split = output.withColumn(_PARTS_COLUMN, F.split(F.col(metrics_column), ","))
+    observed = split.observe(name, *[F.expr(_summary_sql(kind, field)).alias(metric)
+                                     for metric, kind, field in PROGRESS_METRICS]).select(*columns)
     if keep_rows:
-        return observed
+        return observed.withColumn(metrics_column, metrics_struct(F.col(metrics_column)))
     tag = F.col(tag_column)
     return observed.where(tag.isNull() | (tag != F.lit(METRICS_TAG))).select(*keep_columns)
 
@@ -140,13 +167,14 @@ class CallMetrics:
 
     def row(self, key_group: int, *, elements: int, outputs: int, watermark: Optional[int], timers_fired: int,
             timers_registered: int, timers_deleted: int, pending_timers: int, keys_with_state: int,
-            state_bytes: int, bytes_written: int, base_bytes_written: int, call_s: float) -> tuple[Any, ...]:
-        """The row of :data:`METRICS_SCHEMA_DDL`; ``call_s``: the whole call's seconds."""
+            state_bytes: int, bytes_written: int, base_bytes_written: int, call_s: float) -> str:
+        """The row of :data:`METRICS_SCHEMA_DDL`, encoded (:func:`encode_metrics_row`); ``call_s``: the whole call's
+        seconds."""
         user_s = self.process_s + self.timer_s
-        return (key_group, elements, self.late_elements, outputs, watermark, timers_fired, timers_registered,
+        return encode_metrics_row((key_group, elements, self.late_elements, outputs, watermark, timers_fired, timers_registered,
                 timers_deleted, pending_timers, self.timer_lag_ms, keys_with_state, state_bytes, bytes_written,
                 base_bytes_written, _micros(self.restore_s), _micros(user_s), _micros(max(call_s - user_s, 0.0)),
-                _micros(self.timer_s))
+                _micros(self.timer_s)))
 
 
 def _micros(seconds: float) -> int:

@@ -41,8 +41,6 @@ class OutputLayout:
         self.main_names = [f.name for f in main_schema.fields]
         # the side outputs the user declared: the metrics rows' side output is keyedstate's own
         self.user_side_outputs = [tag for tag in self.side_schemas if tag != METRICS_TAG]
-        metrics_schema = self.side_schemas.get(METRICS_TAG)
-        self._metrics_names = [f.name for f in metrics_schema.fields] if metrics_schema is not None else []
         fields = list(main_schema.fields)
         if self.side_schemas:
             from pyspark.sql.types import StringType, StructField
@@ -50,7 +48,9 @@ class OutputLayout:
             fields = [StructField(f.name, f.dataType, True) for f in fields]
             fields.append(StructField(SIDE_OUTPUT_TAG_COLUMN, StringType(), True))
             for tag_id, schema in self.side_schemas.items():
-                fields.append(StructField(side_output_column(tag_id), schema, True))
+                # the metrics rows travel encoded as one string (keyedstate.spark.metrics says why)
+                column_type = StringType() if tag_id == METRICS_TAG else schema
+                fields.append(StructField(side_output_column(tag_id), column_type, True))
         self.output_schema = StructType(fields)
         self._arrow_types = {f.name: _arrow_type(f.dataType) for f in self.output_schema.fields}
 
@@ -108,17 +108,15 @@ class OutputLayout:
         return [frame, self._metric_rows(metrics, frame)] if metrics else [frame]
 
     def _metric_rows(self, metrics: list[tuple[Any, Optional[int]]], main: Optional[pd.DataFrame]) -> pd.DataFrame:
-        """The metrics rows (keyedstate's own tuples of the metrics schema: not checked like user records) as a
-        frame. PySpark concatenates a call's frames: with ``main`` (the call's main records) the rows' main columns
+        """The metrics rows (keyedstate's own encoded rows: not checked like user records) as a frame. PySpark concatenates a call's frames: with ``main`` (the call's main records) the rows' main columns
         keep its dtypes, so the concatenation stays typed (a None in an int64 column would turn the column into
         Python objects). Their main columns are placeholders, never read: main_output() takes the rows without a
         tag."""
         count = len(metrics)
-        names = self._metrics_names
         columns: dict[str, Any] = {name: [None] * count if main is None else _placeholders(main[name], count)
                                    for name in self.main_names}
         columns[SIDE_OUTPUT_TAG_COLUMN] = [METRICS_TAG] * count
-        columns[side_output_column(METRICS_TAG)] = [dict(zip(names, value)) for value, _ in metrics]
+        columns[side_output_column(METRICS_TAG)] = [value for value, _ in metrics]
         return pd.DataFrame(columns)
 
     def to_pandas(
@@ -169,7 +167,7 @@ class OutputLayout:
                     columns[name].append(None)
                 tag_column.append(tag_id)
                 try:
-                    side_row = dict(zip(side_names, self._as_tuple(value, side_names)))
+                    side_row = value if tag_id == METRICS_TAG else dict(zip(side_names, self._as_tuple(value, side_names)))
                 except InvalidOutputError as error:
                     raise InvalidOutputError(f"{where}, side output {tag_id!r}: {error}") from None
                 for other, column in side_columns.items():

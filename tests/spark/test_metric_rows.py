@@ -9,13 +9,13 @@ import pytest
 from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
 
 from keyedstate.errors import InvalidOutputError
-from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG
+from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, encode_metrics_row
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 
 MAIN = StructType([StructField("user", StringType()), StructField("n", LongType())])
 METRICS = StructType([StructField(field.split()[0], IntegerType() if field.endswith(" INT") else LongType())
                       for field in METRICS_SCHEMA_DDL.split(", ")])
-ROW = tuple(range(len(METRICS.fields)))
+ROW = encode_metrics_row(tuple(range(len(METRICS.fields) - 1)) + (None,))
 
 
 def test_main_records_keep_their_dtypes_and_the_metric_rows_follow():
@@ -26,7 +26,8 @@ def test_main_records_keep_their_dtypes_and_the_metric_rows_follow():
     assert main["n"].dtype == rows["n"].dtype == "int64"  # PySpark concatenates them: no object column
     assert main[SIDE_OUTPUT_TAG_COLUMN].isna().all() and main[side_output_column(METRICS_TAG)].isna().all()
     assert rows[SIDE_OUTPUT_TAG_COLUMN].tolist() == [METRICS_TAG]
-    assert rows[side_output_column(METRICS_TAG)][0] == dict(zip(METRICS.names, ROW))
+    assert rows[side_output_column(METRICS_TAG)][0] == "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,"
+    assert layout.output_schema[side_output_column(METRICS_TAG)].dataType == StringType()  # not a struct: cheap
     merged = pd.concat(frames, ignore_index=True)
     assert merged[["user", "n"]][merged[SIDE_OUTPUT_TAG_COLUMN].isna()].values.tolist() == [["a", 1], ["b", 2]]
     # a call without records has only its metrics row; one without anything, no frame
@@ -63,3 +64,22 @@ def test_keyed_state_metrics_reads_every_form_of_a_progress():
     ]
     assert [keyed_state_metrics(form) for form in forms] == [{"Count": values}] * 3
     assert keyed_state_metrics({"observedMetrics": None}) == {}
+
+
+@pytest.mark.spark
+def test_an_encoded_metrics_row_reads_back_as_the_metrics_struct_under_ansi_mode(spark):
+    from pyspark.sql import functions as F
+
+    from keyedstate.spark.metrics import METRICS_FIELDS, metrics_struct
+
+    values = tuple(range(len(METRICS_FIELDS) - 1)) + (None,)  # a null field travels as an empty part
+    previous = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "true")  # a plain cast of "" would fail the batch here
+    try:
+        frame = spark.createDataFrame([(encode_metrics_row(values),), (None,)], "m STRING")
+        rows = frame.select(metrics_struct(F.col("m")).alias("m")).collect()
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", previous)
+    assert tuple(rows[0].m) == values and rows[1].m is None
+    assert [f.name for f in frame.select(metrics_struct(F.col("m")).alias("m")).schema["m"].dataType.fields] == \
+        [name for name, _ in METRICS_FIELDS]
