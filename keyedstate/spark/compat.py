@@ -77,6 +77,20 @@ def check_arrow() -> None:
         )
 
 
+def arrow_type_of(spark_type: Any) -> Any:
+    """The pyarrow type PySpark converts ``spark_type`` to, for checking output values before PySpark does.
+
+    PySpark 4 asserts that a TIMESTAMP is given a time zone; 3.5 takes none and uses UTC. A zone only changes how
+    the values are labelled, not which values convert, so UTC serves the check in both."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    if "timezone" in inspect.signature(to_arrow_type).parameters:
+        return to_arrow_type(spark_type, timezone="UTC")
+    return to_arrow_type(spark_type)
+
+
 def is_connect_session(spark: Any) -> bool:
     """Whether ``spark`` (a session, or a DataFrame's) is a Spark Connect client session."""
     return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -14,6 +14,7 @@ from pyspark.sql.types import StructType
 
 from keyedstate.errors import InvalidOutputError
 from keyedstate.operator.outputs import short_repr
+from keyedstate.spark.compat import arrow_type_of
 from keyedstate.spark.metrics import METRICS_TAG
 
 __all__ = ["OutputLayout", "SIDE_OUTPUT_TAG_COLUMN", "side_output_column"]
@@ -23,12 +24,6 @@ SIDE_OUTPUT_TAG_COLUMN = "output_tag"
 
 def side_output_column(tag_id: str) -> str:
     return f"side_{tag_id}"
-
-
-def _arrow_type(spark_type: Any) -> pa.DataType:
-    from pyspark.sql.pandas.types import to_arrow_type
-
-    return to_arrow_type(spark_type)
 
 
 class OutputLayout:
@@ -52,7 +47,7 @@ class OutputLayout:
                 column_type = StringType() if tag_id == METRICS_TAG else schema
                 fields.append(StructField(side_output_column(tag_id), column_type, True))
         self.output_schema = StructType(fields)
-        self._arrow_types = {f.name: _arrow_type(f.dataType) for f in self.output_schema.fields}
+        self._arrow_types = {f.name: arrow_type_of(f.dataType) for f in self.output_schema.fields}
 
     # ---- records -> rows ---------------------------------------------------------------------------------------
 

@@ -143,3 +143,32 @@ def test_rocksdb_only_options_and_bad_values_are_refused_before_the_query_starts
     with pytest.raises(ConfigurationError, match="state_storage 'nosuchscheme://x' is not usable"):
         keyed_process(frame, ["user"], Count(), *arguments, event_time_column="ts", state_backend="rocksdb",
                       state_storage="nosuchscheme://x")
+
+
+class LastSeen(KeyedProcessFunction):
+    """Emits each element's key, event time (a TIMESTAMP output column) and running count."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        count = (self.count.value() or 0) + 1
+        self.count.update(count)
+        yield value["user"], value["ts"], count
+
+
+def test_a_timestamp_output_column_carries_the_elements_times(spark, tmp_path):
+    import datetime as dt
+
+    write_input(tmp_path / "in", 0, [{"user": "a", "payload": "x", "ts": "2024-01-01T00:00:00Z"},
+                                     {"user": "a", "payload": "y", "ts": "2024-01-01T00:00:05Z"}])
+    query = start_query(spark, tmp_path, LastSeen(), schema=SCHEMA, key_columns=["user"],
+                        output_schema="user STRING, seen TIMESTAMP, count BIGINT", sink_path=tmp_path / "out")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = spark.read.schema("user STRING, seen TIMESTAMP, count BIGINT").json(str(tmp_path / "out")).collect()
+    utc = dt.timezone.utc
+    assert sorted((r.user, r.seen.astimezone(utc), r["count"]) for r in rows) == [
+        ("a", dt.datetime(2024, 1, 1, 0, 0, 0, tzinfo=utc), 1), ("a", dt.datetime(2024, 1, 1, 0, 0, 5, tzinfo=utc), 2)]
