@@ -143,7 +143,22 @@ def targets(rows: list[dict]) -> list[dict]:
                        on_s3 and f"{on_s3:.2f}x ({_time(runs[('rocksdb_s3', s3_at)]):.2f} s vs "
                                  f"{_time(runs[('rocksdb', s3_at)]):.2f} s, median later batch)",
                        "<= 1.5x", "RocksDB mode time, S3 / local", why=WHY["s3"], issue="18"))
-    return out
+    return out + [_inspector_target(runs)]
+
+
+def _inspector_target(runs: dict) -> dict:
+    """The checkpoint inspector's driver memory at the largest size it ran at (issue 33: bounded at 4M keys)."""
+    measured = [(keys, variant, r) for (variant, keys), rs in runs.items() for r in rs if "inspect_s" in r]
+    largest = max((keys for keys, _, _ in measured), default=None)
+    text = f"checkpoint inspector, driver memory at {largest or 4_000_000:,} keys"
+    if largest is None:
+        return {"issue": "33", "target": text, "measured": "-", "goal": "report", "status": "not measured in this run",
+                "value": None, "why": None}
+    parts = [f"{LABELS[variant].split(', ')[-1]}: Python peak {r['inspect_driver_python_peak_mb']:.1f} MB, RSS growth "
+             + ("-" if r.get("inspect_driver_rss_growth_mb") is None else f"{r['inspect_driver_rss_growth_mb']:.1f} MB")
+             for keys, variant, r in sorted(measured, key=lambda item: item[1]) if keys == largest]
+    return {"issue": "33", "target": text, "measured": "; ".join(parts), "goal": "report", "status": "reported",
+            "value": None, "why": None}
 
 
 def section(rows: list[dict], plot: bool) -> list[str]:

@@ -46,6 +46,9 @@ METRICS_FIELDS: tuple[tuple[str, str], ...] = tuple(
     (field.split()[0], field.split()[1]) for field in METRICS_SCHEMA_DDL.split(", "))
 """(name, Spark SQL type) of each field of a metrics row, in order."""
 
+NULLABLE_METRICS_FIELDS = frozenset({"watermark", "timer_lag_ms"})
+"""The fields a metrics row may leave null (an empty part in its encoding); the others always hold a number."""
+
 METRICS_NAME_PREFIX = "keyedstate."
 """Observed metrics are named ``keyedstate.<uid>`` (one name per keyed_process of a query)."""
 
@@ -94,7 +97,8 @@ def _summary_sql(kind: str, field: str) -> str:
     that cost a third of a second per query start (bench/test_progress_metrics_bench.py)."""
     index = next(i for i, (name, _) in enumerate(METRICS_FIELDS) if name == field)
     part = f"`{_PARTS_COLUMN}`[{index}]"
-    value = f"CASE WHEN {part} != '' THEN CAST({part} AS {METRICS_FIELDS[index][1]}) END"  # '' is a null
+    cast = f"CAST({part} AS {METRICS_FIELDS[index][1]})"
+    value = f"CASE WHEN {part} != '' THEN {cast} END" if field in NULLABLE_METRICS_FIELDS else cast  # '' is a null
     if kind == "sum":
         return f"coalesce(sum({value}), 0L)"  # a batch without calls reports 0, not null
     if kind == "millis":
@@ -106,9 +110,7 @@ def _summary_sql(kind: str, field: str) -> str:
     if kind == "count":
         return f"count({value})"
     assert kind == "median_of_positive", kind
-    positive = f"array_sort(collect_list(CASE WHEN {value} > 0 THEN {value} END))"
-    # the lower median, as percentile_approx(x, 0.5) gives: the ceil(n/2)-th smallest (get: null when empty)
-    return f"coalesce(CAST(get({positive}, CAST((size({positive}) - 1) / 2 AS INT)) AS BIGINT), 0L)"
+    return f"coalesce(CAST(percentile_approx(nullif({value}, 0), 0.5) AS BIGINT), 0L)"
 
 
 def encode_metrics_row(values: tuple[Any, ...]) -> str:
