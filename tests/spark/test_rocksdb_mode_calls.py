@@ -14,9 +14,10 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
-from keyedstate.spark.group_function import _RUNTIMES, EVENT_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.open_databases import open_databases_of
+from keyedstate.spark.options import KeyedProcessOptions
 from keyedstate.spark.outputs import OutputLayout
 from tests.spark.test_group_function_unit import FakeGroupState
 
@@ -37,11 +38,15 @@ def spec_for(tmp_path, runtime_id: str) -> GroupFunctionSpec:
     """A RocksDB-mode query's group function spec; every worker process of the query builds the same one."""
     return GroupFunctionSpec(
         runtime_id=runtime_id, key_columns=("user",), value_columns=("user",),
-        key_group_column="_kg", event_time_ms_column="_ms", time_mode=EVENT_TIME, num_key_groups=8,
-        poll_interval_ms=1000,
+        key_group_column="_kg", event_time_ms_column="_ms",
         layout=OutputLayout(StructType([StructField("user", StringType()), StructField("n", LongType())])),
-        state_backend="rocksdb", state_storage=str(tmp_path / "storage"), local_dir=str(tmp_path / "local"),
+        options=rocksdb_options(tmp_path),
     )
+
+
+def rocksdb_options(tmp_path, **changes) -> KeyedProcessOptions:
+    return KeyedProcessOptions(num_key_groups=8, state_backend="rocksdb", state_storage=str(tmp_path / "storage"),
+                               state_local_dir=str(tmp_path / "local"), uid="keyed_process", **changes)
 
 
 @pytest.fixture
