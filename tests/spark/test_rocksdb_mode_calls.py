@@ -44,15 +44,15 @@ def spec_for(tmp_path, runtime_id: str) -> GroupFunctionSpec:
     )
 
 
-def rocksdb_options(tmp_path, **changes) -> KeyedProcessOptions:
+def rocksdb_options(tmp_path) -> KeyedProcessOptions:
     return KeyedProcessOptions(num_key_groups=8, state_backend="rocksdb", state_storage=str(tmp_path / "storage"),
-                               state_local_dir=str(tmp_path / "local"), uid="keyed_process", **changes)
+                               state_local_dir=str(tmp_path / "local"), uid="keyed_process")
 
 
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
     """A worker process's group function for a RocksDB-mode query; ``reuse`` as Spark's SPARK_REUSE_WORKER, ``changes``
-    to the spec (a snapshot policy)."""
+    to its options (a snapshot policy)."""
     created = []
 
     def make(reuse: bool, **changes):
@@ -60,7 +60,8 @@ def worker(tmp_path, monkeypatch):
             monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
         else:
             monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-        spec = dataclasses.replace(spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}"), **changes)
+        spec = spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}")
+        spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **changes))
         created.append(spec.runtime_id)
         return make_group_function(spec, RunningCount())
 
@@ -170,7 +171,7 @@ def _stored_files_of_version(tmp_path, tag: str) -> list:
 def _run_with_an_older_copy(worker, tmp_path, **changes):
     """Without worker reuse every call closes and tags its database: keep the copy the first call left, let two
     more calls run, then put the old copy back, as a worker process that last ran the key group two batches ago
-    has it. Returns the group state and the old copy's tag. ``changes``: to the query's spec (a snapshot policy)."""
+    has it. Returns the group state and the old copy's tag. ``changes``: to the query's options (a snapshot policy)."""
     function, state = worker(reuse=False, **changes), FakeGroupState()
     call(function, ["a"], state)
     path = database_path(tmp_path)
