@@ -143,6 +143,7 @@ def apply_in_pandas_with_state_args(
     rocksdb_options: Optional[RocksDBOptions] = None,
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
+    job_parameters: Optional[Mapping[str, str]] = None,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
@@ -251,6 +252,7 @@ def keyed_process(
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
     progress_metrics: bool = True,
+    job_parameters: Optional[Mapping[str, str]] = None,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -318,6 +320,8 @@ def keyed_process(
       there (read in the executors). Give it on every restart of that checkpoint too. Refused when the checkpoint
       already holds state that did not start from it, and when the bootstrap's ``state_backend``,
       ``num_key_groups`` or key column types differ from the query's.
+    * ``job_parameters={"threshold": "10"}`` (strings) are what ``runtime_context.get_job_parameter(key, default)``
+      returns in the function, as Flink's global job parameters; a restart may change them.
     """
     options = KeyedProcessOptions.of(locals())
     prepared, grouping, args = _group_call_of(df, key_columns, function, output_schema, event_time_column,

@@ -171,6 +171,7 @@ def keyed_co_process(
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
     progress_metrics: bool = True,
+    job_parameters: Optional[Mapping[str, str]] = None,
 ) -> DataFrame:
     """Run ``function`` over ``first`` (keyed by ``first_key_columns``) and ``second`` (keyed by
     ``second_key_columns``); returns the output stream (append mode).
@@ -193,8 +194,8 @@ def keyed_co_process(
       ``num_key_groups``, ``key_group_layout``, ``side_outputs`` (read with ``main_output`` / ``side_output``),
       ``progress_metrics``, ``emit_metrics``, ``processing_time_poll_interval_ms``, ``state_backend`` (``"heap"`` or ``"rocksdb"``),
       ``state_storage``, ``state_storage_options``, ``state_local_dir``, ``uid``, ``rocksdb_options``,
-      ``snapshot_policy`` and ``initial_state`` (the bootstrap's key column types are compared with
-      ``first_key_columns``').
+      ``snapshot_policy``, ``initial_state`` (the bootstrap's key column types are compared with
+      ``first_key_columns``') and ``job_parameters``.
     """
     if not isinstance(function, KeyedCoProcessFunction):
         raise ConfigurationError(

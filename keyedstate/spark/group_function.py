@@ -130,6 +130,7 @@ class GroupRuntime:
         call = self.call_name = call_name or ("keyed_process" if spec.inputs is None else "keyed_co_process")
         self.operator = KeyedProcessOperator(
             function, self.backend, task_name=f"{call}[{type(function).__qualname__}]", **self._task_info(),
+            job_parameters=spec.options.job_parameters,
         )
         self.operator.open()
         self.build_values = _values_builder(spec)

@@ -47,6 +47,8 @@ class KeyedProcessOptions:
     * ``rocksdb_options``: RocksDB only, a :class:`keyedstate.RocksDBOptions`.
     * ``snapshot_policy``: RocksDB only, a :class:`SnapshotPolicy`: when a base snapshot replaces changelogs.
     * ``initial_state``: the bootstrap or savepoint (path or :class:`KeyedStateBootstrap`) a query starts from.
+    * ``job_parameters``: strings every function reads with ``runtime_context.get_job_parameter(key, default)``
+      (Flink's global job parameters).
     """
 
     time_mode: str = EVENT_TIME
@@ -64,6 +66,7 @@ class KeyedProcessOptions:
     rocksdb_options: Optional[RocksDBOptions] = None
     snapshot_policy: Optional[SnapshotPolicy] = None
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None
+    job_parameters: Optional[Mapping[str, str]] = None
 
     def __post_init__(self) -> None:
         poll = self.processing_time_poll_interval_ms
@@ -83,6 +86,11 @@ class KeyedProcessOptions:
         if self.state_storage is not None and (not isinstance(self.state_storage, str) or not self.state_storage):
             raise ConfigurationError(f"state_storage must be a path or URI string, got {self.state_storage!r}")
         object.__setattr__(self, "state_storage_options", StorageOptions.parse(self.state_storage_options))
+        parameters = self.job_parameters
+        if parameters is not None and not (isinstance(parameters, Mapping) and all(
+                isinstance(key, str) and isinstance(value, str) for key, value in parameters.items())):
+            raise ConfigurationError(f"job_parameters must be a dict of str to str, such as {{'threshold': '10'}}, "
+                                     f"got {parameters!r}")
 
     def _check_state_backend(self) -> None:
         if self.state_backend not in STATE_BACKENDS:
