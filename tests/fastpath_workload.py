@@ -33,8 +33,9 @@ from keyedstate import (
 from keyedstate.keygroups import key_group_of_key
 from keyedstate.operator import KeyedProcessOperator
 from keyedstate.serialization import encode_key
-from keyedstate.spark.group_function import _RUNTIMES, EVENT_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
 from keyedstate.spark.key_group_layout import balanced_grouping_value
+from keyedstate.spark.options import KeyedProcessOptions
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.heap import HeapKeyedStateBackend
@@ -156,8 +157,7 @@ class _GroupState:
 def through_group_function(seed: int) -> list[Any]:
     spec = GroupFunctionSpec(
         runtime_id=f"differential-{seed}", key_columns=("key",), value_columns=("key", "op", "a"),
-        key_group_column="_kg", event_time_ms_column="_ms", time_mode=EVENT_TIME, num_key_groups=1,
-        poll_interval_ms=1000,
+        key_group_column="_kg", event_time_ms_column="_ms", options=KeyedProcessOptions(num_key_groups=1),
         layout=OutputLayout(StructType([StructField("key", StringType()), StructField("what", StringType())])),
     )
     function = make_group_function(spec, Chaos())

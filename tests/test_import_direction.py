@@ -151,3 +151,91 @@ def test_an_import_against_the_direction_is_caught(tmp_path, module, source, rul
     imported = [name for _, name in _imports(module, path)]
     assert _rule_of(module) == rule
     assert not all(any(_matches(name, allowed) for allowed in RULES[rule]) for name in imported)
+
+
+# A private compiled module, not a private name: keyedstate.fastpath is its one importer.
+PRIVATE_MODULES_ALLOWED = {"keyedstate._fastpath"}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _private_imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, ``module.name``) of every private name imported from a first-party module, anywhere in the file
+    (relative and multi-line imports, imports inside functions)."""
+    known = {name for name, _ in _modules()}
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(anchor + ([base] if base else []))
+            names = [f"{base}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] not in FIRST_PARTY or name in PRIVATE_MODULES_ALLOWED:
+                continue
+            parts = name.split(".")
+            # ``from keyedstate.x import _helper`` imports a private name; ``import keyedstate._x`` a private module
+            if any(_is_private(part) for part in parts) and (name not in known or _is_private(parts[-1])):
+                yield node.lineno, name
+
+
+def _private_calls(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, call) of every ``obj._name(...)`` on an object other than ``self``, ``cls`` or ``super()`` whose
+    method is not defined in the same file: another module's private method. ``_1``, ``_2`` are Scala's tuple
+    accessors (py4j), not ours."""
+    tree = ast.parse(path.read_text(), str(path))
+    defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defined |= {target.attr for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Attribute)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name, owner = node.func.attr, node.func.value
+        if not _is_private(name) or name in defined or name[1:].isdigit():
+            continue
+        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+            continue
+        if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+            continue
+        yield node.lineno, ast.unparse(node.func)
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = [f"{path.relative_to(REPO)}:{line}: {module} imports {name}" for module, path in _modules()
+             if module.split(".")[0] == "keyedstate" for line, name in _private_imports(module, path)]
+    assert found == [], "private names are the module's own; make what others need public:\n" + "\n".join(found)
+
+
+def test_no_module_calls_another_modules_private_methods():
+    found = [f"{path.relative_to(REPO)}:{line}: {call}(...)" for module, path in _modules()
+             if module.split(".")[0] == "keyedstate" for line, call in _private_calls(path)]
+    assert found == [], "a private method is its class's own; make what others call public:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from keyedstate.spark.api import _schema\n", ["keyedstate.spark.api._schema"]),
+    ("from .api import (\n    KEY_GROUP_COLUMN,\n    _check_key_columns,\n)\n", ["keyedstate.spark.api._check_key_columns"]),
+    ("def f():\n    from keyedstate.spark.group_function import _GroupRuntime\n",
+     ["keyedstate.spark.group_function._GroupRuntime"]),
+    ("import keyedstate.spark._hidden\n", ["keyedstate.spark._hidden"]),
+    ("from keyedstate import _fastpath\nfrom keyedstate.spark.api import __all__, keyed_process\n", []),
+])
+def test_a_private_import_is_caught_and_the_allowed_ones_are_not(tmp_path, source, expected):
+    path = tmp_path / "module.py"
+    path.write_text(source)
+    assert [name for _, name in _private_imports("keyedstate.spark.bootstrap", path)] == expected
+
+
+def test_a_call_of_another_objects_private_method_is_caught(tmp_path):
+    path = tmp_path / "module.py"
+    path.write_text("class A:\n    def _own(self):\n        self._own()\n        other._own()\n        super()._base()\n"
+                    "        runtime._process(1)\n        scala_tuple._1()\n")
+    assert [call for _, call in _private_calls(path)] == ["runtime._process"]

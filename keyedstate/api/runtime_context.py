@@ -69,7 +69,7 @@ class RuntimeContext:
     def get_job_parameter(self, key: str, default_value: Optional[str] = None) -> Optional[str]:
         return self._job_parameters.get(key, default_value)
 
-    def _move_to_task(self, index_of_this_subtask: int, number_of_parallel_subtasks: int, attempt_number: int) -> None:
+    def move_to_task(self, index_of_this_subtask: int, number_of_parallel_subtasks: int, attempt_number: int) -> None:
         """Point the task information at the task now running: on Spark one opened function serves every task its
         Python worker runs, and those tasks can be of different partitions."""
         self._index = index_of_this_subtask

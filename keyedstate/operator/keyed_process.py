@@ -11,7 +11,7 @@ when snapshots happen. Elements carry an input index: 0 for ``process_element`` 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from keyedstate.api.bootstrap_function import KeyedStateBootstrapFunction
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
@@ -95,6 +95,7 @@ class KeyedProcessOperator:
         index_of_this_subtask: int = 0,
         number_of_parallel_subtasks: int = 1,
         attempt_number: int = 0,
+        job_parameters: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.element_methods = element_methods(function)
         self.function = function
@@ -114,6 +115,7 @@ class KeyedProcessOperator:
             index_of_this_subtask=index_of_this_subtask,
             number_of_parallel_subtasks=number_of_parallel_subtasks,
             attempt_number=attempt_number,
+            job_parameters=dict(job_parameters or {}),
         )
         self._context = _Context(self)
         self.timers_fired = 0

@@ -14,6 +14,7 @@ from keyedstate.spark.api import (
 )
 from keyedstate.spark.bootstrap import bootstrap_keyed_state
 from keyedstate.spark.co_process import keyed_co_process
+from keyedstate.spark.options import KeyedProcessOptions
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark.metrics_listener import JsonLinesMetricsListener, PrometheusMetricsListener, keyed_state_metrics
@@ -40,6 +41,7 @@ __all__ = [
     "add_key_group_column",
     "apply_in_pandas_with_state_args",
     "keyed_process",
+    "KeyedProcessOptions",
     "keyed_process_metrics_name",
     "keyed_co_process",
     "bootstrap_keyed_state",

@@ -14,33 +14,27 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import (
-    DataType,
-    LongType,
-    StringType,
-    StructType,
-    TimestampNTZType,
-    TimestampType,
-    _parse_datatype_string,
-)
+from pyspark.sql.types import LongType, StringType, StructType, TimestampNTZType, TimestampType
 
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
-from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, MAX_NUM_KEY_GROUPS
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
 from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.spark.shipping import ShippedFunction
-from keyedstate.spark.group_function import EVENT_TIME, PROCESSING_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import GroupFunctionSpec, make_group_function
+from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
+from keyedstate.spark.schemas import check_key_columns, column_types, parse_schema
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, metrics_name, metrics_struct, observe_metrics
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap, resolve_initial_state
-from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout, grouping_value_column
+from keyedstate.spark.key_group_layout import BALANCED, grouping_value_column
 from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
 from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import check_watermark, keep_late_events
-from keyedstate.spark.state_backend_options import default_uid, resolve_rocksdb_mode
+from keyedstate.spark.state_backend_options import default_uid, resolve_state_backend, retained_batches
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = [
@@ -48,6 +42,7 @@ __all__ = [
     "METRICS_SCHEMA_DDL",
     "KEY_GROUP_COLUMN",
     "EVENT_TIME_MS_COLUMN",
+    "KeyedProcessOptions",
     "keyed_process",
     "keyed_process_metrics_name",
     "add_key_group_column",
@@ -59,29 +54,6 @@ __all__ = [
 INTERNAL_COLUMN_PREFIX = "_keyedstate_"
 KEY_GROUP_COLUMN = INTERNAL_COLUMN_PREFIX + "key_group"
 EVENT_TIME_MS_COLUMN = INTERNAL_COLUMN_PREFIX + "event_time_ms"
-DEFAULT_POLL_INTERVAL_MS = 1_000
-
-
-def _schema(schema: Union[StructType, str], what: str) -> StructType:
-    if isinstance(schema, StructType):
-        return schema
-    if isinstance(schema, str):
-        try:
-            parsed = _parse_datatype_string(schema)
-        except Exception as error:  # Spark's parser raises its own ParseException (or a JVM error on Connect)
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ConfigurationError(
-                f"{what} {schema!r} is not a valid DDL schema ({reason}); write it as 'name TYPE, ...' such as "
-                f"'user STRING, count BIGINT', or pass a StructType"
-            ) from error
-        if isinstance(parsed, StructType):
-            return parsed
-    raise ConfigurationError(f"{what} must be a StructType or a DDL string such as 'user STRING, count BIGINT', "
-                             f"got {schema!r}")
-
-
-def _column_types(df: DataFrame) -> dict[str, DataType]:
-    return {field.name: field.dataType for field in df.schema.fields}
 
 
 def add_key_group_column(
@@ -91,41 +63,17 @@ def add_key_group_column(
     """Add the column keyed_process groups by. The key group is a stable Spark hash of the key columns modulo
     ``num_key_groups``; the column holds that number (``key_group_layout="identity"``, an int) or, by default, the
     bigint that makes Spark spread the key groups evenly over the shuffle partitions (``"balanced"``)."""
-    _check_key_columns(df, key_columns)
-    _check_num_key_groups(num_key_groups)
+    check_key_columns(df, key_columns)
+    validate_num_key_groups(num_key_groups)
     hashed = F.xxhash64(*[F.col(c) for c in key_columns])
     key_group = F.pmod(hashed, F.lit(num_key_groups))
     return df.withColumn(column_name, grouping_value_column(key_group, num_key_groups, key_group_layout))
 
 
-def _check_key_columns(df: DataFrame, key_columns: Sequence[str]) -> None:
-    if isinstance(key_columns, str) or not key_columns:
-        raise ConfigurationError("key_columns must be a non-empty list of column names, e.g. ['user_id']")
-    missing = [c for c in key_columns if c not in _column_types(df)]
-    if missing:
-        raise ConfigurationError(
-            f"key column(s) {', '.join(map(repr, missing))} are not in the DataFrame (columns: {', '.join(df.columns)})"
-        )
-
-
-def _check_num_key_groups(num_key_groups: int) -> None:
-    if not isinstance(num_key_groups, int) or isinstance(num_key_groups, bool) or not (
-        1 <= num_key_groups <= MAX_NUM_KEY_GROUPS
-    ):
-        raise ConfigurationError(
-            f"num_key_groups must be an int between 1 and {MAX_NUM_KEY_GROUPS} (or None), got {num_key_groups!r}"
-        )
-
-
-def check_time_mode(time_mode: str) -> None:
-    if time_mode not in (EVENT_TIME, PROCESSING_TIME):
-        raise ConfigurationError(f"time_mode must be 'event_time' or 'processing_time', got {time_mode!r}")
-
-
 def event_time_millis(df: DataFrame, column: str, what: str) -> Column:
     """``column`` of ``df`` (a timestamp, or a bigint of epoch milliseconds) as epoch milliseconds; ``what`` names
     the argument in errors."""
-    types = _column_types(df)
+    types = column_types(df)
     if column not in types or column.startswith(INTERNAL_COLUMN_PREFIX):
         columns = ", ".join(c for c in df.columns if not c.startswith(INTERNAL_COLUMN_PREFIX))
         raise ConfigurationError(f"{what} {column!r} is not in the DataFrame (columns: {columns})")
@@ -141,34 +89,33 @@ def event_time_millis(df: DataFrame, column: str, what: str) -> Column:
 
 
 def _prepare(
-    df: DataFrame, key_columns: Sequence[str], event_time_column: Optional[str], time_mode: str,
-    num_key_groups: Optional[int], drop_late_events: bool = False, key_group_layout: str = BALANCED,
+    df: DataFrame, key_columns: Sequence[str], event_time_column: Optional[str], options: KeyedProcessOptions,
 ) -> tuple[DataFrame, list[str], str, Optional[str], tuple[str, ...]]:
     """Add the internal columns; returns (frame, value columns, grouping column, event-time-ms column, the value
     columns sent as microseconds (:mod:`keyedstate.spark.timestamps`))."""
-    _check_key_columns(df, key_columns)
+    check_key_columns(df, key_columns)
     value_columns = list(df.columns)
-    if not drop_late_events:
+    if not options.drop_late_events:
         df = keep_late_events(df)
-    check_time_mode(time_mode)
     time_ms_column = None
     if event_time_column is not None:
         millis = event_time_millis(df, event_time_column, "event_time_column")
-        if time_mode == EVENT_TIME:
+        if options.time_mode == EVENT_TIME:
             check_watermark(df, event_time_column, "the input stream (before keyed_process)")
         df = df.withColumn(EVENT_TIME_MS_COLUMN, millis)
         time_ms_column = EVENT_TIME_MS_COLUMN
-    elif time_mode == EVENT_TIME:
+    elif options.time_mode == EVENT_TIME:
         raise ConfigurationError(
             "time_mode='event_time' needs event_time_column (a timestamp column with a watermark: "
             "df.withWatermark(column, '10 seconds')); use time_mode='processing_time' for streams without event time"
         )
-    if num_key_groups is None:
+    if options.num_key_groups is None:
         # Spark groups by the key columns themselves here: their type is in the checkpoint's state schema
         encode = [c for c in value_columns if c not in key_columns]
         df, micros = send_timestamps_as_micros(df, encode, key_columns, "keyed_process")
         return df, value_columns, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN, time_ms_column, micros
-    prepared = add_key_group_column(df, key_columns, num_key_groups, key_group_layout=key_group_layout)
+    prepared = add_key_group_column(df, key_columns, options.num_key_groups,
+                                    key_group_layout=options.key_group_layout)
     # after the key groups: they hash the keys' Spark values, as bootstrap_keyed_state does
     prepared, micros = send_timestamps_as_micros(prepared, value_columns, key_columns, "keyed_process")
     return prepared, value_columns, KEY_GROUP_COLUMN, time_ms_column, micros
@@ -196,10 +143,21 @@ def apply_in_pandas_with_state_args(
     rocksdb_options: Optional[RocksDBOptions] = None,
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
+    job_parameters: Optional[Mapping[str, str]] = None,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
-    output mode, timeout conf). The keyword arguments are :func:`keyed_process`'s."""
+    output mode, timeout conf). The keyword arguments are :func:`keyed_process`'s (:class:`KeyedProcessOptions`'
+    fields, without ``progress_metrics``: the caller observes the output itself)."""
+    options = KeyedProcessOptions.of({**locals(), "progress_metrics": False})
+    return _group_call_of(df, key_columns, function, output_schema, event_time_column, side_outputs, options)
+
+
+def _group_call_of(
+    df: DataFrame, key_columns: Sequence[str], function: KeyedProcessFunction, output_schema: Union[StructType, str],
+    event_time_column: Optional[str], side_outputs: Optional[dict[str, Union[StructType, str]]],
+    options: KeyedProcessOptions,
+) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     check_arrow()
     if not isinstance(function, KeyedProcessFunction):
         raise ConfigurationError(
@@ -207,92 +165,64 @@ def apply_in_pandas_with_state_args(
             + ("; a KeyedCoProcessFunction runs with keyed_co_process" if isinstance(function, KeyedCoProcessFunction)
                else "")
         )
-    layout = output_layout(output_schema, side_outputs, emit_metrics, processing_time_poll_interval_ms,
-                           num_key_groups, key_group_layout)
+    layout = output_layout(output_schema, side_outputs, options)
     prepared, value_columns, grouping_column, time_ms_column, micros_columns = _prepare(
-        df, key_columns, event_time_column, time_mode, num_key_groups, drop_late_events, key_group_layout
-    )
+        df, key_columns, event_time_column, options)
     return group_call(
-        df, prepared, function, layout, key_columns=key_columns, value_columns=value_columns,
-        micros_columns=micros_columns,
-        grouping_column=grouping_column, time_ms_column=time_ms_column, time_mode=time_mode,
-        num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
-        emit_metrics=emit_metrics, key_group_layout=key_group_layout, state_backend=state_backend,
-        state_storage=state_storage, state_local_dir=state_local_dir, uid=uid, rocksdb_options=rocksdb_options,
-        snapshot_policy=snapshot_policy, state_storage_options=state_storage_options, initial_state=initial_state,
+        df, prepared, function, layout, options, key_columns=key_columns, value_columns=value_columns,
+        micros_columns=micros_columns, grouping_column=grouping_column, time_ms_column=time_ms_column,
     )
 
 
 def output_layout(output_schema: Union[StructType, str], side_outputs: Optional[dict[str, Union[StructType, str]]],
-                  emit_metrics: bool, processing_time_poll_interval_ms: int, num_key_groups: Optional[int],
-                  key_group_layout: str) -> OutputLayout:
-    """Check the options that need no DataFrame; returns the output layout."""
-    if not isinstance(processing_time_poll_interval_ms, int) or processing_time_poll_interval_ms <= 0:
-        raise ConfigurationError("processing_time_poll_interval_ms must be a positive int of milliseconds")
-    main_schema = _schema(output_schema, "output_schema")
-    sides = {tag: _schema(schema, f"side output {tag!r} schema") for tag, schema in (side_outputs or {}).items()}
-    if emit_metrics:
+                  options: KeyedProcessOptions) -> OutputLayout:
+    """The output layout: the main output, the side outputs, and the metrics side output when calls emit metric
+    rows (:attr:`KeyedProcessOptions.metric_rows`)."""
+    main_schema = parse_schema(output_schema, "output_schema")
+    sides = {tag: parse_schema(schema, f"side output {tag!r} schema") for tag, schema in (side_outputs or {}).items()}
+    if options.metric_rows:
         if METRICS_TAG in sides:
             raise ConfigurationError(f"the side output name {METRICS_TAG!r} is reserved for emit_metrics")
-        sides[METRICS_TAG] = _schema(METRICS_SCHEMA_DDL, "metrics schema")
-    if num_key_groups is not None:
-        _check_num_key_groups(num_key_groups)
-    check_key_group_layout(key_group_layout)
+        sides[METRICS_TAG] = parse_schema(METRICS_SCHEMA_DDL, "metrics schema")
     return OutputLayout(main_schema, sides)
 
 
 def group_call(
-    df: DataFrame, prepared: DataFrame, function: Any, layout: OutputLayout, *, key_columns: Sequence[str],
-    value_columns: Sequence[str], grouping_column: str, time_ms_column: Optional[str], time_mode: str,
-    num_key_groups: Optional[int], processing_time_poll_interval_ms: int, emit_metrics: bool, key_group_layout: str,
-    state_backend: str, state_storage: Optional[str], state_local_dir: Optional[str], uid: Optional[str],
-    rocksdb_options: Optional[RocksDBOptions], snapshot_policy: Optional[SnapshotPolicy],
-    state_storage_options: Optional[Mapping[str, Any]] = None, inputs: Any = None,
-    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None, micros_columns: Sequence[str] = (),
+    df: DataFrame, prepared: DataFrame, function: Any, layout: OutputLayout, options: KeyedProcessOptions, *,
+    key_columns: Sequence[str], value_columns: Sequence[str], grouping_column: str, time_ms_column: Optional[str],
+    inputs: Any = None, micros_columns: Sequence[str] = (),
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """The prepared frame, grouping columns and ``applyInPandasWithState`` arguments for ``prepared`` (the input
     ``df`` with keyedstate's internal columns); ``inputs`` describes a two-input frame (see
     :mod:`keyedstate.spark.co_process`)."""
-    if num_key_groups is None:
-        grouping = list(key_columns)
-        spec_groups = 1
-    else:
-        grouping = [grouping_column]
-        spec_groups = num_key_groups
-    rocksdb = resolve_rocksdb_mode(df, function, state_backend, state_storage, state_local_dir, uid, rocksdb_options,
-                                   snapshot_policy, state_storage_options)
-    initial = None
-    types = _column_types(df)
+    grouping = list(key_columns) if options.num_key_groups is None else [grouping_column]
+    conf = df.sparkSession.conf
+    options = resolve_state_backend(options, conf, function)
+    types = column_types(df)
     key_types = tuple(types[c].simpleString() for c in key_columns)
-    if initial_state is not None:
+    initial = None
+    if options.initial_state is not None:
         initial = resolve_initial_state(
-            initial_state, state_backend=rocksdb["state_backend"], num_key_groups=num_key_groups,
-            key_types=list(key_types),
-            storage_options=rocksdb.get("state_storage_options"),
+            options.initial_state, state_backend=options.state_backend, num_key_groups=options.num_key_groups,
+            key_types=list(key_types), storage_options=options.state_storage_options,
             call="keyed_process" if inputs is None else "keyed_co_process")
     spec = GroupFunctionSpec(
         runtime_id=uuid.uuid4().hex,
         key_columns=tuple(key_columns),
-        key_types=key_types,
         value_columns=tuple(value_columns),
-        micros_columns=tuple(micros_columns),
         key_group_column=grouping_column,
         event_time_ms_column=time_ms_column,
-        time_mode=time_mode,
-        num_key_groups=spec_groups,
-        poll_interval_ms=processing_time_poll_interval_ms,
         layout=layout,
-        group_by_user_key=num_key_groups is None,
-        emit_metrics=emit_metrics,
-        key_group_layout=key_group_layout,
+        options=options,
         parallelism=shuffle_partitions(df),
+        retain_batches=retained_batches(conf),
         inputs=inputs,
         initial_state=initial,
-        **rocksdb,
+        micros_columns=tuple(micros_columns),
+        key_types=key_types,
     )
-    timeout = (
-        GROUP_STATE_TIMEOUT.EventTimeTimeout if time_mode == EVENT_TIME else GROUP_STATE_TIMEOUT.ProcessingTimeTimeout
-    )
+    timeout = (GROUP_STATE_TIMEOUT.EventTimeTimeout if options.time_mode == EVENT_TIME
+               else GROUP_STATE_TIMEOUT.ProcessingTimeTimeout)
     shipped = ShippedFunction(function)
     shipped.check()  # an attribute that cannot be pickled is named now, not in Spark's stack trace at start()
     args = (make_group_function(spec, shipped), layout.output_schema, STATE_ROW_SCHEMA_DDL, "append", timeout)
@@ -322,6 +252,7 @@ def keyed_process(
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
     progress_metrics: bool = True,
+    job_parameters: Optional[Mapping[str, str]] = None,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -389,18 +320,14 @@ def keyed_process(
       there (read in the executors). Give it on every restart of that checkpoint too. Refused when the checkpoint
       already holds state that did not start from it, and when the bootstrap's ``state_backend``,
       ``num_key_groups`` or key column types differ from the query's.
+    * ``job_parameters={"threshold": "10"}`` (strings) are what ``runtime_context.get_job_parameter(key, default)``
+      returns in the function, as Flink's global job parameters; a restart may change them.
     """
-    prepared, grouping, args = apply_in_pandas_with_state_args(
-        df, key_columns, function, output_schema, event_time_column=event_time_column, time_mode=time_mode,
-        num_key_groups=num_key_groups, side_outputs=side_outputs,
-        processing_time_poll_interval_ms=processing_time_poll_interval_ms, drop_late_events=drop_late_events,
-        emit_metrics=emit_metrics or progress_metrics, key_group_layout=key_group_layout,
-        state_backend=state_backend, state_storage=state_storage, state_local_dir=state_local_dir, uid=uid,
-        rocksdb_options=rocksdb_options, snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
-        initial_state=initial_state,
-    )
+    options = KeyedProcessOptions.of(locals())
+    prepared, grouping, args = _group_call_of(df, key_columns, function, output_schema, event_time_column,
+                                              side_outputs, options)
     output = prepared.groupBy(*grouping).applyInPandasWithState(*args)
-    return with_progress_metrics(output, function, uid, output_schema, side_outputs, emit_metrics, progress_metrics)
+    return with_progress_metrics(output, function, options, output_schema, side_outputs)
 
 
 def keyed_process_metrics_name(function: Any, uid: Optional[str] = None) -> str:
@@ -409,25 +336,26 @@ def keyed_process_metrics_name(function: Any, uid: Optional[str] = None) -> str:
     return metrics_name(uid if uid is not None else default_uid(type(function).__qualname__))
 
 
-def with_progress_metrics(output: DataFrame, function: Any, uid: Optional[str], output_schema: Union[StructType, str],
-                          side_outputs: Optional[dict[str, Any]], emit_metrics: bool,
-                          progress_metrics: bool) -> DataFrame:
-    """``output`` with its metric rows observed into the query's progress (``progress_metrics``), and without
-    them unless ``emit_metrics`` keeps them."""
+def with_progress_metrics(output: DataFrame, function: Any, options: KeyedProcessOptions,
+                          output_schema: Union[StructType, str], side_outputs: Optional[dict[str, Any]]) -> DataFrame:
+    """``output`` with its metric rows observed into the query's progress (``options.progress_metrics``), and
+    without them unless ``options.emit_metrics`` keeps them (as the :data:`METRICS_SCHEMA_DDL` struct)."""
     metrics_column = side_output_column(METRICS_TAG)
-    if not progress_metrics:
-        return output.withColumn(metrics_column, metrics_struct(F.col(metrics_column))) if emit_metrics else output
+    if not options.progress_metrics:
+        if options.emit_metrics:
+            return output.withColumn(metrics_column, metrics_struct(F.col(metrics_column)))
+        return output
     if side_outputs:
         keep = [c for c in output.columns if c != metrics_column]
     else:
-        keep = [f.name for f in _schema(output_schema, "output_schema").fields]
-    return observe_metrics(output, metrics_column, SIDE_OUTPUT_TAG_COLUMN, keyed_process_metrics_name(function, uid),
-                           keep, keep_rows=emit_metrics)
+        keep = [f.name for f in parse_schema(output_schema, "output_schema").fields]
+    return observe_metrics(output, metrics_column, SIDE_OUTPUT_TAG_COLUMN,
+                           keyed_process_metrics_name(function, options.uid), keep, keep_rows=options.emit_metrics)
 
 
 def main_output(output: DataFrame, output_schema: Union[StructType, str]) -> DataFrame:
     """The main-output rows of a keyed_process stream that declared side outputs."""
-    names = [f.name for f in _schema(output_schema, "output_schema").fields]
+    names = [f.name for f in parse_schema(output_schema, "output_schema").fields]
     return output.where(F.col(SIDE_OUTPUT_TAG_COLUMN).isNull()).select(*names)
 
 

@@ -26,20 +26,21 @@ from pyspark.sql.types import StructType
 
 from keyedstate.api.bootstrap_function import KeyedStateBootstrapFunction
 from keyedstate.api.time_domain import TimeDomain
-from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError
-from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
-from keyedstate.spark.api import KEY_GROUP_COLUMN, _check_key_columns, _check_num_key_groups, add_key_group_column
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
+from keyedstate.spark.api import KEY_GROUP_COLUMN, add_key_group_column
 from keyedstate.spark.compat import check_arrow
-from keyedstate.spark.group_function import PROCESSING_TIME, GroupFunctionSpec, _GroupRuntime
+from keyedstate.spark.group_function import GroupFunctionSpec, GroupRuntime, cached_runtime, create_store
+from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
+from keyedstate.spark.schemas import check_key_columns
 from keyedstate.spark.metrics import CallMetrics
 from keyedstate.state.key_groups.initial_state import (
     KeyedStateBootstrap, encode_row, new_bootstrap_storage, storage_at, write_bootstrap_manifest,
 )
 from keyedstate.spark.key_group_layout import IDENTITY
-from keyedstate.state.key_groups.store import HEAP, STATE_BACKENDS, KeyGroupStore
+from keyedstate.state.key_groups.store import HEAP
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.spark.shipping import ShippedFunction
@@ -86,24 +87,16 @@ def bootstrap_keyed_state(
     if df.isStreaming:
         raise ConfigurationError("bootstrap_keyed_state reads a batch DataFrame (spark.read...), not a streaming one; "
                                  "the streaming query starts from its output with keyed_process(initial_state=...)")
-    _check_key_columns(df, key_columns)
-    _check_num_key_groups(num_key_groups)
-    if state_backend not in STATE_BACKENDS:
-        raise ConfigurationError(f"state_backend must be one of {', '.join(map(repr, STATE_BACKENDS))}, got "
-                                 f"{state_backend!r}")
-    if state_backend == HEAP and (state_local_dir is not None or rocksdb_options is not None):
-        raise ConfigurationError("state_local_dir and rocksdb_options only apply with state_backend='rocksdb'")
-    if rocksdb_options is not None and not isinstance(rocksdb_options, RocksDBOptions):
-        raise ConfigurationError(f"rocksdb_options must be a keyedstate.RocksDBOptions, got "
-                                 f"{type(rocksdb_options).__qualname__}")
+    check_key_columns(df, key_columns)
+    validate_num_key_groups(num_key_groups)  # a bootstrap writes key groups: None (group by user key) has none
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ConfigurationError(f"path must be a path or URI string, got {path!r}")
-    path = os.fspath(path)
-    options = StorageOptions.parse(state_storage_options)
-    storage = new_bootstrap_storage(path, options)
+    options = KeyedProcessOptions.of({**locals(), "time_mode": PROCESSING_TIME, "key_group_layout": IDENTITY,
+                                      "progress_metrics": False, "state_storage": os.fspath(path), "uid": _UID})
+    storage = new_bootstrap_storage(os.fspath(path), options.state_storage_options)
     types = {field.name: field.dataType.simpleString() for field in df.schema.fields}
-    job = _BootstrapJob.create(bootstrap_function, path, options, tuple((c, types[c]) for c in key_columns),
-                               tuple(df.columns), num_key_groups, state_backend, state_local_dir, rocksdb_options)
+    job = _BootstrapJob.create(bootstrap_function, options, tuple((c, types[c]) for c in key_columns),
+                               tuple(df.columns))
     prepared = add_key_group_column(df, key_columns, num_key_groups, key_group_layout=IDENTITY)
     results = prepared.groupBy(KEY_GROUP_COLUMN).applyInPandas(_group_function(job), _RESULT_SCHEMA).collect()
     return job.commit(storage, [(row["key_group"], row["entry"]) for row in results])
@@ -119,29 +112,27 @@ class _BootstrapJob:
     now_ms: int  # the TTL clock of the writes: when the bootstrap started
 
     @classmethod
-    def create(cls, function: KeyedStateBootstrapFunction, path: str, options: StorageOptions,
-               key_columns: tuple[tuple[str, str], ...], value_columns: tuple[str, ...], num_key_groups: int,
-               state_backend: str, local_dir: Optional[str], rocksdb_options: Optional[RocksDBOptions],
-               ) -> "_BootstrapJob":
+    def create(cls, function: KeyedStateBootstrapFunction, options: KeyedProcessOptions,
+               key_columns: tuple[tuple[str, str], ...], value_columns: tuple[str, ...]) -> "_BootstrapJob":
+        """``options``: where (``state_storage``) and how the state is written."""
         bootstrap_id = uuid.uuid4().hex
         spec = GroupFunctionSpec(
             runtime_id=f"bootstrap-{bootstrap_id}", key_columns=tuple(name for name, _ in key_columns),
             value_columns=value_columns, key_group_column=KEY_GROUP_COLUMN, event_time_ms_column=None,
-            time_mode=PROCESSING_TIME, num_key_groups=num_key_groups, poll_interval_ms=1_000,
-            layout=OutputLayout(StructType([])), state_backend=state_backend, state_storage=path,
-            state_storage_options=options, local_dir=local_dir, uid=_UID, rocksdb_options=rocksdb_options,
+            layout=OutputLayout(StructType([])), options=options,
         )
         shipped = ShippedFunction(function)
         shipped.check()  # an attribute that cannot be pickled is named now, not in Spark's stack trace
-        return cls(spec, shipped, bootstrap_id, path, key_columns, time.time_ns() // 1_000_000)
+        assert options.state_storage is not None
+        return cls(spec, shipped, bootstrap_id, options.state_storage, key_columns, time.time_ns() // 1_000_000)
 
     def commit(self, storage: CheckpointStorage, results: Sequence[tuple[int, Optional[str]]]) -> KeyedStateBootstrap:
         """Write the manifest naming every key group's row file (``results``: what the group calls returned)."""
         rows = {int(key_group): FileEntry.from_json(json.loads(entry)) for key_group, entry in results
                 if entry is not None}
-        spec = self.spec
-        bootstrap = KeyedStateBootstrap(self.path, self.bootstrap_id, spec.state_backend, spec.num_key_groups,
-                                        self.key_columns, len(rows), spec.state_storage_options)
+        options = self.spec.options
+        bootstrap = KeyedStateBootstrap(self.path, self.bootstrap_id, options.state_backend, self.spec.num_key_groups,
+                                        self.key_columns, len(rows), options.state_storage_options)
         write_bootstrap_manifest(storage, bootstrap, self.function.class_name, rows, self.now_ms)
         return bootstrap
 
@@ -153,15 +144,8 @@ def _group_function(job: _BootstrapJob) -> Any:
     return bootstrap_group
 
 
-_RUNTIMES: dict[str, "_BootstrapRuntime"] = {}
-
-
 def _runtime(job: _BootstrapJob) -> "_BootstrapRuntime":
-    # module-level, so the shipped closure does not carry the driver's dict (see group_function._runtime)
-    runtime = _RUNTIMES.get(job.spec.runtime_id)
-    if runtime is None:
-        runtime = _RUNTIMES[job.spec.runtime_id] = _BootstrapRuntime(job)
-    return runtime
+    return cached_runtime(job.spec.runtime_id, lambda: _BootstrapRuntime(job))
 
 
 class _CapturedRow:
@@ -179,52 +163,44 @@ class _CapturedRow:
         self.row = None
 
 
-class _BootstrapRuntime(_GroupRuntime):
+class _BootstrapRuntime:
     """The streaming group runtime, run once per key group of the batch, with no time passing."""
 
     def __init__(self, job: _BootstrapJob) -> None:
         self.job = job
         # one local directory per worker process and bootstrap: no other process ever opens its databases
         self.scope = (f"bootstrap-{job.bootstrap_id}-{os.getpid()}-{uuid.uuid4().hex[:8]}", job.path)
-        super().__init__(job.spec, job.function.get(), make_store=self._make_store)
-        self.call_name = "bootstrap_keyed_state"
-
-    def _make_store(self, spec: GroupFunctionSpec, clock: Any) -> KeyGroupStore:
-        if spec.state_backend == HEAP:
-            from keyedstate.state.key_groups.row_store import RowKeyGroupStore
-
-            return RowKeyGroupStore(spec.num_key_groups, clock)
-        from keyedstate.spark.rocksdb_mode import RocksDBKeyGroupStore
-
-        return RocksDBKeyGroupStore(
-            spec.num_key_groups, clock, state_storage=self.job.path, storage_options=spec.state_storage_options,
-            local_dir=spec.local_dir, uid=_UID, options=spec.rocksdb_options, keep_open=False, scope=self.scope)
+        self.runtime = GroupRuntime(
+            job.spec, job.function.get(), call_name="bootstrap_keyed_state",
+            make_store=lambda spec, clock: create_store(spec, clock, keep_open=False, scope=self.scope))
 
     def bootstrap(self, key_group: int, frame: pd.DataFrame) -> pd.DataFrame:
         where = f"bootstrap_keyed_state key group {key_group}"
-        self.operator.runtime_context._move_to_task(**self._task_info())
-        self.clock.now_ms = self.job.now_ms
-        timers = self.operator.timer_service
+        runtime = self.runtime
+        operator, store = runtime.operator, runtime.store
+        runtime.enter_task()
+        runtime.clock.now_ms = self.job.now_ms
+        timers = operator.timer_service
         captured = _CapturedRow()
         succeeded = False
         try:
-            self.store.load(key_group, captured, None, timers)
+            store.load(key_group, captured, None, timers)
             if not frame.empty:
-                self._process(key_group, frame, where, None, CallMetrics())  # bootstraps report no metrics
-            records, _ = self.operator.outputs.drain()
-            if records or self.operator.outputs.drain_all_side():
+                runtime.process_elements(key_group, frame, where, None, CallMetrics())  # bootstraps report no metrics
+            records, _ = operator.outputs.drain()
+            if records or operator.outputs.drain_all_side():
                 raise ConfigurationError(
-                    f"{self.operator.function_name}.process_element emitted output; a KeyedStateBootstrapFunction "
+                    f"{operator.function_name}.process_element emitted output; a KeyedStateBootstrapFunction "
                     f"only writes state and registers timers (nothing would read its output)")
             has_timers = any(timers.earliest_timer(domain, key_group) is not None for domain in TimeDomain)
-            self.store.save(key_group, captured, None, timers, has_timers)
+            store.save(key_group, captured, None, timers, has_timers)
             succeeded = True
         except KeyedStateError as error:
             if str(error).startswith(where):
                 raise
             raise type(error)(f"{where}: {error}") from error
         finally:
-            self._forget_group(key_group, succeeded)
+            runtime.release_group(key_group, succeeded)
             self._remove_local(key_group)
         entry = None
         if captured.row is not None:
@@ -234,11 +210,11 @@ class _BootstrapRuntime(_GroupRuntime):
         return pd.DataFrame({"key_group": [key_group], "entry": [entry]})
 
     def store_storage(self) -> CheckpointStorage:
-        return storage_at(self.job.path, self.spec.state_storage_options)
+        return storage_at(self.job.path, self.job.spec.options.state_storage_options)
 
     def _remove_local(self, key_group: int) -> None:
         """The local database was only a staging area: what it holds is stored below ``path`` now."""
-        local = getattr(self.store, "local", None)
+        local = getattr(self.runtime.store, "local", None)
         if local is not None:
             database = local.path(self.scope[0], _UID, key_group)
             shutil.rmtree(database, ignore_errors=True)

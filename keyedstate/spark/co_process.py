@@ -26,19 +26,17 @@ from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
 from keyedstate.spark.api import (
-    DEFAULT_POLL_INTERVAL_MS,
     EVENT_TIME_MS_COLUMN,
     INTERNAL_COLUMN_PREFIX,
     KEY_GROUP_COLUMN,
-    _check_key_columns,
     add_key_group_column,
-    check_time_mode,
     event_time_millis,
     group_call,
     output_layout,
     with_progress_metrics,
 )
-from keyedstate.spark.group_function import EVENT_TIME
+from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
+from keyedstate.spark.schemas import check_key_columns
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
 from keyedstate.spark.key_group_layout import BALANCED
 from keyedstate.state.key_groups.store import HEAP
@@ -173,6 +171,7 @@ def keyed_co_process(
     snapshot_policy: Optional[SnapshotPolicy] = None,
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
     progress_metrics: bool = True,
+    job_parameters: Optional[Mapping[str, str]] = None,
 ) -> DataFrame:
     """Run ``function`` over ``first`` (keyed by ``first_key_columns``) and ``second`` (keyed by
     ``second_key_columns``); returns the output stream (append mode).
@@ -195,29 +194,28 @@ def keyed_co_process(
       ``num_key_groups``, ``key_group_layout``, ``side_outputs`` (read with ``main_output`` / ``side_output``),
       ``progress_metrics``, ``emit_metrics``, ``processing_time_poll_interval_ms``, ``state_backend`` (``"heap"`` or ``"rocksdb"``),
       ``state_storage``, ``state_storage_options``, ``state_local_dir``, ``uid``, ``rocksdb_options``,
-      ``snapshot_policy`` and ``initial_state`` (the bootstrap's key column types are compared with
-      ``first_key_columns``').
+      ``snapshot_policy``, ``initial_state`` (the bootstrap's key column types are compared with
+      ``first_key_columns``') and ``job_parameters``.
     """
     if not isinstance(function, KeyedCoProcessFunction):
         raise ConfigurationError(
             f"function must be a KeyedCoProcessFunction instance (process_element1 and process_element2), got "
             f"{type(function).__qualname__}; a KeyedProcessFunction runs with keyed_process"
         )
-    layout = output_layout(output_schema, side_outputs, emit_metrics or progress_metrics,
-                           processing_time_poll_interval_ms, num_key_groups, key_group_layout)
-    check_time_mode(time_mode)
+    options = KeyedProcessOptions.of(locals())
+    layout = output_layout(output_schema, side_outputs, options)
     inputs = (first, second)
     key_lists = (first_key_columns, second_key_columns)
     for ordinal, df, keys in zip(_ORDINALS, inputs, key_lists):
         if not (hasattr(df, "schema") and hasattr(df, "unionByName")):  # classic or Spark Connect DataFrame
             raise ConfigurationError(f"the {ordinal} input must be a DataFrame, got {type(df).__qualname__}")
         try:
-            _check_key_columns(df, keys)
+            check_key_columns(df, keys)
         except ConfigurationError as error:
             raise ConfigurationError(f"{ordinal}_key_columns: {error}") from None
     _check_same_key_types(first, second, first_key_columns, second_key_columns)
-    event_times = _event_time_columns(event_time_columns, time_mode)
-    if time_mode == EVENT_TIME:
+    event_times = _event_time_columns(event_time_columns, options.time_mode)
+    if options.time_mode == EVENT_TIME:
         for ordinal, df, column in zip(_ORDINALS, inputs, event_times):
             check_watermark(df, column, f"the {ordinal} input (before keyed_co_process)")
         policy = str(first.sparkSession.conf.get(_WATERMARK_POLICY_CONF, "min")).lower()
@@ -231,14 +229,15 @@ def keyed_co_process(
     key_names = list(first_key_columns)
     with_watermark = any(watermark_field(df) is not None for df in inputs)
     projected = [
-        _project(df, index, keys, key_names, column, value_fields, drop_late_events, with_watermark)
+        _project(df, index, keys, key_names, column, value_fields, options.drop_late_events, with_watermark)
         for index, (df, keys, column) in enumerate(zip(inputs, key_lists, event_times))
     ]
     union = projected[0].unionByName(projected[1])
-    if num_key_groups is None:
+    if options.num_key_groups is None:
         prepared, grouping_column = union, key_names[0] if len(key_names) == 1 else KEY_GROUP_COLUMN
     else:
-        prepared = add_key_group_column(union, key_names, num_key_groups, key_group_layout=key_group_layout)
+        prepared = add_key_group_column(union, key_names, options.num_key_groups,
+                                        key_group_layout=options.key_group_layout)
         grouping_column = KEY_GROUP_COLUMN
     columns = TwoInputColumns(
         input_column=INPUT_COLUMN,
@@ -247,20 +246,17 @@ def keyed_co_process(
         field_names=tuple(tuple(f.name for f in fields) for fields in value_fields),  # type: ignore[misc]
     )
     # Spark groups by the key columns themselves without key groups: their type is in the checkpoint's state schema
-    sent = [c for names in columns.frame_columns for c in names] + (key_names if num_key_groups is not None else [])
+    sent = [c for names in columns.frame_columns for c in names]
+    if options.num_key_groups is not None:
+        sent += key_names
     prepared, micros_columns = send_timestamps_as_micros(prepared, sent, key_names, "keyed_co_process")
     prepared, grouping, args = group_call(
-        first, prepared, function, layout, key_columns=key_names, value_columns=(), grouping_column=grouping_column,
-        micros_columns=micros_columns,
-        time_ms_column=None if event_time_columns is None else EVENT_TIME_MS_COLUMN, time_mode=time_mode,
-        num_key_groups=num_key_groups, processing_time_poll_interval_ms=processing_time_poll_interval_ms,
-        emit_metrics=emit_metrics or progress_metrics, key_group_layout=key_group_layout,
-        state_backend=state_backend, state_storage=state_storage, state_local_dir=state_local_dir, uid=uid,
-        rocksdb_options=rocksdb_options, snapshot_policy=snapshot_policy, state_storage_options=state_storage_options,
-        inputs=columns, initial_state=initial_state,
+        first, prepared, function, layout, options, key_columns=key_names, value_columns=(),
+        grouping_column=grouping_column, micros_columns=micros_columns, inputs=columns,
+        time_ms_column=None if event_time_columns is None else EVENT_TIME_MS_COLUMN,
     )
     output = prepared.groupBy(*grouping).applyInPandasWithState(*args)
-    return with_progress_metrics(output, function, uid, output_schema, side_outputs, emit_metrics, progress_metrics)
+    return with_progress_metrics(output, function, options, output_schema, side_outputs)
 
 
 def _event_time_columns(event_time_columns: Any, time_mode: str) -> tuple[Optional[str], Optional[str]]:

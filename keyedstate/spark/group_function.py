@@ -16,7 +16,7 @@ import logging
 import warnings
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -36,8 +36,9 @@ from keyedstate.spark.compat import (
 )
 from keyedstate.checkpoint.locations import join_location
 from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
-from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
+from keyedstate.spark.key_group_layout import key_group_of_grouping_value
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, CallMetrics
+from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_elements import (
@@ -48,17 +49,20 @@ from keyedstate.spark.group_elements import (
     key_codes,
     rows_builder,
 )
+from keyedstate.state.key_groups.initial_state import InitialState
 from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.base.backend import StateMetadata
 
-__all__ = ["GroupFunctionSpec", "make_group_function", "METRICS_TAG", "METRICS_SCHEMA_DDL"]
+if TYPE_CHECKING:
+    from keyedstate.spark.co_process import TwoInputColumns
+
+__all__ = ["GroupFunctionSpec", "GroupRuntime", "make_group_function", "cached_runtime", "create_store",
+           "METRICS_TAG", "METRICS_SCHEMA_DDL"]
 
 logger = logging.getLogger("keyedstate.spark.group")
 
-EVENT_TIME = "event_time"
-PROCESSING_TIME = "processing_time"
 
 
 @dataclass(frozen=True)
@@ -70,32 +74,31 @@ class GroupFunctionSpec:
     value_columns: tuple[str, ...]
     key_group_column: str
     event_time_ms_column: Optional[str]
-    time_mode: str
-    num_key_groups: int
-    poll_interval_ms: int
-    layout: OutputLayout
-    group_by_user_key: bool = False
-    emit_metrics: bool = False  # each call emits its metrics row (keyedstate.spark.metrics)
-    key_group_layout: str = BALANCED
+    layout: OutputLayout  # the output struct; a call emits metric rows when it has the metrics side output
+    options: KeyedProcessOptions = KeyedProcessOptions()  # resolved on the driver: uid and state_storage filled in
     parallelism: int = 1  # spark.sql.shuffle.partitions when the query was defined
-    state_backend: str = HEAP
-    state_storage: Optional[str] = None  # RocksDB mode: durable storage URI (resolved on the driver)
-    state_storage_options: Any = None  # RocksDB mode: keyedstate.checkpoint.filesystems.StorageOptions
-    local_dir: Optional[str] = None  # RocksDB mode: executors' local directory (None: default_local_dir())
-    uid: str = "keyed_process"  # RocksDB mode: names the operator's directories
     retain_batches: int = 100  # spark.sql.streaming.minBatchesToRetain
-    rocksdb_options: Any = None
-    snapshot_policy: Any = None
-    inputs: Any = None  # two inputs: a keyedstate.spark.co_process.TwoInputColumns (value_columns is then unused)
-    initial_state: Any = None  # keyedstate.state.key_groups.initial_state.InitialState: what key groups start from
+    inputs: Optional[TwoInputColumns] = None  # two inputs: which columns hold whose values (value_columns unused)
+    initial_state: Optional[InitialState] = None  # what key groups start from (resolved options.initial_state)
     micros_columns: tuple[str, ...] = ()  # timestamp columns sent as microseconds (keyedstate.spark.timestamps)
     key_types: tuple[str, ...] = ()  # the key columns' Spark types (simpleString), in order
 
+    @property
+    def num_key_groups(self) -> int:
+        """The backend's number of key groups."""
+        return self.options.num_key_groups or 1
+
+    @property
+    def emits_metrics(self) -> bool:
+        return METRICS_TAG in self.layout.side_schemas
+
     def restart_settings(self) -> QuerySettings:
         """What this operator's committed state depends on (checked against the record when a query restarts)."""
+        options = self.options
         return QuerySettings(
-            key_types=self.key_types, num_key_groups=None if self.group_by_user_key else self.num_key_groups,
-            key_group_layout=self.key_group_layout, state_backend=self.state_backend, time_mode=self.time_mode,
+            key_types=self.key_types, num_key_groups=options.num_key_groups,
+            key_group_layout=options.key_group_layout, state_backend=options.state_backend,
+            time_mode=options.time_mode,
             initial_state=self.initial_state.bootstrap_id if self.initial_state is not None else None)
 
 
@@ -111,19 +114,23 @@ class _BatchClock:
         return self.now_ms
 
 
-class _GroupRuntime:
+class GroupRuntime:
     """The per-worker-process machinery of one query: one opened function, one operator, one key-group store (and
     its backend) reused for every key group the worker runs."""
 
     def __init__(self, spec: GroupFunctionSpec, function: Any,
-                 make_store: Optional[Callable[[GroupFunctionSpec, Any], KeyGroupStore]] = None) -> None:
+                 make_store: Optional[Callable[[GroupFunctionSpec, Any], KeyGroupStore]] = None,
+                 call_name: Optional[str] = None) -> None:
+        """``make_store(spec, clock)`` creates the key-group store (default :func:`create_store`); ``call_name``
+        names the entry point in errors (default: keyed_process or keyed_co_process)."""
         self.spec = spec
         self.clock = _BatchClock()
-        self.store = (make_store or _create_store)(spec, self.clock)
+        self.store = (make_store or create_store)(spec, self.clock)
         self.backend = self.store.backend
-        call = self.call_name = "keyed_process" if spec.inputs is None else "keyed_co_process"
+        call = self.call_name = call_name or ("keyed_process" if spec.inputs is None else "keyed_co_process")
         self.operator = KeyedProcessOperator(
             function, self.backend, task_name=f"{call}[{type(function).__qualname__}]", **self._task_info(),
+            job_parameters=spec.options.job_parameters,
         )
         self.operator.open()
         self.build_values = _values_builder(spec)
@@ -140,7 +147,7 @@ class _GroupRuntime:
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
         self._check_restart(batch_id)
-        self.operator.runtime_context._move_to_task(**self._task_info())
+        self.enter_task()
         key_group = self._key_group(grouping_key, group_state, batch_id)
         where = f"keyed_process key group {key_group}, batch {batch_id}"
         # A call allocates a few objects per element, most of them long-lived (rows, state entries, timers), so the
@@ -158,7 +165,7 @@ class _GroupRuntime:
             raise type(error)(f"{where}: {error}") from error
         finally:
             try:
-                self._forget_group(key_group, succeeded)
+                self.release_group(key_group, succeeded)
             finally:
                 if gc_was_enabled:
                     gc.enable()
@@ -170,19 +177,24 @@ class _GroupRuntime:
         """Before this worker process runs anything of a query: are the committed state's settings still ours?"""
         query_id = current_query_id()
         spec = self.spec
-        if query_id is None or query_id in self._checked_queries or spec.state_storage is None:
+        options = spec.options
+        if query_id is None or query_id in self._checked_queries or options.state_storage is None:
             return
-        storage = CheckpointStorage(operator_storage_location(spec.state_storage, query_id, spec.uid),
-                                    options=spec.state_storage_options)
+        storage = CheckpointStorage(operator_storage_location(options.state_storage, query_id, options.uid),
+                                    options=options.state_storage_options)
         backend = self.backend
         descriptors = [backend.registered_state(name).descriptor for name in backend.registered_state_names()]
         starting = spec.initial_state.recorded_states if spec.initial_state is not None else ()
         backend.state_incarnations = check_restart_settings(
             storage, spec.restart_settings(), descriptors, batch_id, self.call_name,
             starting_states=[StateMetadata.from_json(state) for state in starting],
-            query_storage=CheckpointStorage(join_location(spec.state_storage, query_id),
-                                            options=spec.state_storage_options), uid=spec.uid)
+            query_storage=CheckpointStorage(join_location(options.state_storage, query_id),
+                                            options=options.state_storage_options), uid=options.uid)
         self._checked_queries.add(query_id)
+
+    def enter_task(self) -> None:
+        """Point the function's runtime context at the Spark task running now."""
+        self.operator.runtime_context.move_to_task(**self._task_info())
 
     def _task_info(self) -> dict[str, int]:
         """The running task, for the runtime context: one opened function serves every task of this worker."""
@@ -196,9 +208,10 @@ class _GroupRuntime:
     def _key_group(self, grouping_key: tuple, group_state: Any, batch_id: Optional[int]) -> int:
         spec = self.spec
         # Grouped by the user key itself, every Spark group is a single key and the backend has one key group.
-        if spec.group_by_user_key:
+        if spec.options.num_key_groups is None:
             return 0
-        key_group = key_group_of_grouping_value(int(grouping_key[0]), spec.num_key_groups, spec.key_group_layout)
+        layout = spec.options.key_group_layout
+        key_group = key_group_of_grouping_value(int(grouping_key[0]), spec.num_key_groups, layout)
         if key_group is None:
             # After a restart with fewer key groups, Spark still wakes the rows of the key groups that are gone: the
             # row's recorded number says what really happened.
@@ -209,7 +222,7 @@ class _GroupRuntime:
                     raise ConfigurationError(f"keyed_process batch {batch_id}: {error}") from None
             raise ConfigurationError(
                 f"keyed_process batch {batch_id}: the grouping value {grouping_key[0]!r} of column "
-                f"{spec.key_group_column!r} is not one that key_group_layout={spec.key_group_layout!r} with "
+                f"{spec.key_group_column!r} is not one that key_group_layout={layout!r} with "
                 f"num_key_groups={spec.num_key_groups} produces; group by the column add_key_group_column adds, "
                 f"with the same num_key_groups and key_group_layout"
             )
@@ -243,18 +256,18 @@ class _GroupRuntime:
         elements = [frame for frame in frames if not frame.empty]
         if elements:
             batch = elements[0] if len(elements) == 1 else pd.concat(elements, ignore_index=True)
-            self._process(key_group, batch, where, watermark, metrics)
+            self.process_elements(key_group, batch, where, watermark, metrics)
         self._note_timer_lag(key_group, now, metrics)
         firing = perf_counter()
         operator.advance_processing_time(now)
         metrics.timer_s += perf_counter() - firing
         self.backend.cleanup_expired_state()
-        keys_with_state = self.store.keys_with_state() if self.spec.emit_metrics else 0
+        keys_with_state = self.store.keys_with_state() if self.spec.emits_metrics else 0
         written = self._persist(key_group, group_state, batch_id, watermark, now)
         marks = operator.outputs.key_marks
         records, _ = operator.outputs.drain()
         side = operator.outputs.drain_all_side()
-        if self.spec.emit_metrics:
+        if self.spec.emits_metrics:
             outputs = len(records) + sum(len(values) for values in side.values())
             registered, deleted = timer_counts()
             side.setdefault(METRICS_TAG, []).append((metrics.row(
@@ -272,13 +285,15 @@ class _GroupRuntime:
 
     def _note_timer_lag(self, key_group: int, now: int, metrics: CallMetrics) -> None:
         """Before processing time advances to ``now``: how late the oldest due processing-time timer fires."""
-        if self.spec.emit_metrics:
+        if self.spec.emits_metrics:
             due = self.operator.timer_service.earliest_timer(TimeDomain.PROCESSING_TIME, key_group)
             if due is not None and due.timestamp <= now:
                 metrics.timer_lag_ms = max(metrics.timer_lag_ms or 0, now - due.timestamp)
 
-    def _process(self, key_group: int, batch: pd.DataFrame, where: str, watermark: Optional[int],
-                 metrics: CallMetrics) -> None:
+    def process_elements(self, key_group: int, batch: pd.DataFrame, where: str, watermark: Optional[int],
+                         metrics: CallMetrics) -> None:
+        """Run the function over ``batch`` (the key group's elements), key by key, each key's elements in event-time
+        order; ``where`` locates the call in errors."""
         spec = self.spec
         decode_micros_columns(batch, spec.micros_columns)
         key_columns = list(spec.key_columns)
@@ -335,7 +350,7 @@ class _GroupRuntime:
         if not kept:
             return 0
         # update() clears Spark's timeout, so it is set again on every call.
-        if self.spec.time_mode == EVENT_TIME:
+        if self.spec.options.time_mode == EVENT_TIME:
             earliest = timers.earliest_timer(TimeDomain.EVENT_TIME, key_group)
             if earliest is not None:
                 floor = max(watermark or 0, 1)
@@ -347,12 +362,14 @@ class _GroupRuntime:
             if earliest is not None:
                 delays.append(earliest.timestamp - 1 - now)
             if timers.earliest_timer(TimeDomain.EVENT_TIME, key_group) is not None:
-                delays.append(self.spec.poll_interval_ms)
+                delays.append(self.spec.options.processing_time_poll_interval_ms)
             if delays:
                 group_state.setTimeoutDuration(max(1, min(delays)))
         return written
 
-    def _forget_group(self, key_group: int, succeeded: bool) -> None:
+    def release_group(self, key_group: int, succeeded: bool) -> None:
+        """End the call of ``key_group``: release its state (committed or, unless ``succeeded``, rolled back) and
+        drop output the call did not hand over."""
         self.backend.clear_current_key()
         self.store.finish(key_group, self.operator.timer_service, succeeded)
         self.operator.outputs.drain()
@@ -368,7 +385,8 @@ def _values_builder(spec: GroupFunctionSpec) -> Callable[[pd.DataFrame, np.ndarr
     return lambda batch, order: (build_rows([column_values(batch[c], order) for c in spec.value_columns]), None)
 
 
-_RUNTIMES: dict[str, _GroupRuntime] = {}
+_RUNTIMES: dict[str, Any] = {}
+_Runtime = TypeVar("_Runtime")
 
 
 def make_group_function(spec: GroupFunctionSpec, function: Any) -> Any:
@@ -382,26 +400,37 @@ def make_group_function(spec: GroupFunctionSpec, function: Any) -> Any:
     return keyed_group_function
 
 
-def _runtime(spec: GroupFunctionSpec, shipped: ShippedFunction) -> _GroupRuntime:
-    # A module-level function, so cloudpickle ships the closure above with a reference to it: naming _RUNTIMES in
-    # the closure would ship the driver's dict by value, with every runtime a driver-side call ever created.
-    runtime = _RUNTIMES.get(spec.runtime_id)
+def _runtime(spec: GroupFunctionSpec, shipped: ShippedFunction) -> GroupRuntime:
+    return cached_runtime(spec.runtime_id, lambda: GroupRuntime(spec, shipped.get()))
+
+
+def cached_runtime(runtime_id: str, create: Callable[[], _Runtime]) -> _Runtime:
+    """This worker process's runtime ``runtime_id``, created by ``create()`` at its first call.
+
+    Shipped closures call this module-level function rather than naming ``_RUNTIMES``: a closure naming the dict
+    would ship the driver's copy by value, with every runtime a driver-side call ever created."""
+    runtime = _RUNTIMES.get(runtime_id)
     if runtime is None:
-        runtime = _RUNTIMES[spec.runtime_id] = _GroupRuntime(spec, shipped.get())
+        runtime = _RUNTIMES[runtime_id] = create()
     return runtime
 
 
-def _create_store(spec: GroupFunctionSpec, clock: Any) -> KeyGroupStore:
-    if spec.state_backend == HEAP:
+def create_store(spec: GroupFunctionSpec, clock: Any, **rocksdb_arguments: Any) -> KeyGroupStore:
+    """The key-group store of ``spec``'s state backend, on the TTL clock ``clock``; ``rocksdb_arguments`` go to
+    :class:`keyedstate.spark.rocksdb_mode.RocksDBKeyGroupStore` (where a bootstrap writes, whether databases stay
+    open)."""
+    options = spec.options
+    if options.state_backend == HEAP:
         from keyedstate.state.key_groups.row_store import RowKeyGroupStore
 
         return RowKeyGroupStore(spec.num_key_groups, clock, initial_state=spec.initial_state)
     from keyedstate.spark.rocksdb_mode import RocksDBKeyGroupStore
 
-    assert spec.state_storage is not None
+    assert options.state_storage is not None and options.uid is not None
     return RocksDBKeyGroupStore(
-        spec.num_key_groups, clock, state_storage=spec.state_storage, storage_options=spec.state_storage_options,
-        local_dir=spec.local_dir, uid=spec.uid,
-        options=spec.rocksdb_options, policy=spec.snapshot_policy, retain_batches=spec.retain_batches,
-        initial_state=spec.initial_state,
+        spec.num_key_groups, clock, state_storage=options.state_storage,
+        storage_options=options.state_storage_options,  # type: ignore[arg-type]  # parsed by KeyedProcessOptions
+        local_dir=options.state_local_dir, uid=options.uid, options=options.rocksdb_options,
+        policy=options.snapshot_policy, retain_batches=spec.retain_batches, initial_state=spec.initial_state,
+        **rocksdb_arguments,
     )

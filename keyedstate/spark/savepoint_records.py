@@ -36,7 +36,7 @@ from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord, W
 from timers.codec import decode_key_group_blob, encode_record
 from timers.service import DEFAULT_SERVICE_NAME
 
-__all__ = ["CHUNK_RECORDS", "CHUNK_SCHEMA", "SourceDecoder", "encode_chunk", "decode_chunk", "EVENT_TIMERS",
+__all__ = ["savepoint_work_dir", "CHUNK_RECORDS", "CHUNK_SCHEMA", "SourceDecoder", "encode_chunk", "decode_chunk", "EVENT_TIMERS",
            "PROCESSING_TIMERS"]
 
 CHUNK_RECORDS = 20_000
@@ -207,7 +207,8 @@ class SourceDecoder:
         key_group = int(first.path.split("/", 1)[0][len("kg-"):])
         location = self.location or without_credentials(record.location)
         versions = KeyGroupVersions(CheckpointStorage(location, options=self.options), key_group, source_groups)
-        with tempfile.TemporaryDirectory(prefix="keyedstate-savepoint-", dir=_local_dir(self.local_dir)) as work:
+        work_dir = savepoint_work_dir(self.local_dir)
+        with tempfile.TemporaryDirectory(prefix="keyedstate-savepoint-", dir=work_dir) as work:
             path = os.path.join(work, "db")
             changelogs = versions.restore(record, path)
             backend = RocksDBKeyedStateBackend(path, num_key_groups=source_groups,
@@ -233,7 +234,7 @@ def _add_states(chunks: _Chunks, router: _Router, metadata: dict, records: Itera
         chunks.add_state(target(stored_key, KEY_GROUP_PREFIX_BYTES, source_group), metadata, stored_key, entry)
 
 
-def _local_dir(configured: Optional[str]) -> Optional[str]:
+def savepoint_work_dir(configured: Optional[str]) -> Optional[str]:
     """Temporary databases go to ``configured``, else Spark's local directory (else the system's temp dir)."""
     directory = configured or os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0] or None
     if directory:

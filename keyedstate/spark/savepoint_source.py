@@ -57,9 +57,9 @@ def is_savepoint_directory(location: str, options: Optional[StorageOptions]) -> 
 def _key_fields(key_schema: Any, recorded: Optional[list[str]], where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(names, Spark types) of the key columns: ``key_schema`` when given, else the recorded types."""
     if key_schema is not None:
-        from keyedstate.spark.api import _schema
+        from keyedstate.spark.schemas import parse_schema
 
-        fields = _schema(key_schema, "key_schema").fields
+        fields = parse_schema(key_schema, "key_schema").fields
         types = tuple(f.dataType.simpleString() for f in fields)
         if recorded is not None and list(types) != list(recorded):
             raise ConfigurationError(

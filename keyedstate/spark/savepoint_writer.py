@@ -26,7 +26,7 @@ from typing import Any, Iterator, Optional
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.errors import ConfigurationError, KeyedStateError
 from keyedstate.keygroups import key_group_prefix
-from keyedstate.spark.savepoint_records import EVENT_TIMERS, PROCESSING_TIMERS, _local_dir, decode_chunk
+from keyedstate.spark.savepoint_records import EVENT_TIMERS, PROCESSING_TIMERS, decode_chunk, savepoint_work_dir
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.key_groups.initial_state import encode_row, storage_at
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_FULL, StateRow, encode_state_payload
@@ -111,7 +111,8 @@ class _RocksDBGroup:
         self.num_key_groups = num_key_groups
         self.prefix = key_group_prefix(key_group)
         self.storage = storage_at(path, options)
-        self.work = tempfile.mkdtemp(prefix=f"keyedstate-savepoint-kg{key_group}-", dir=_local_dir(local_dir))
+        self.work = tempfile.mkdtemp(prefix=f"keyedstate-savepoint-kg{key_group}-",
+                                     dir=savepoint_work_dir(local_dir))
         self.backend = RocksDBKeyedStateBackend(os.path.join(self.work, "db"), num_key_groups=num_key_groups)
         self.metadata: dict[str, StateMetadata] = {}
         self.records = 0

@@ -105,14 +105,15 @@ def read_keyed_state_frame(
     (``key`` for one column, ``key_1``, ``key_2``, ... for tuple keys). ``state_storage`` as in
     ``read_keyed_state``, ``state_storage_options`` (credentials and endpoint of ``s3://`` storage) as in
     ``keyed_process``."""
-    from keyedstate.spark.api import _schema
+    from keyedstate.spark.schemas import parse_schema
 
     rows = state_rows_frame(spark, checkpoint_location, operator_id, batch_id, "read_keyed_state_frame")
     descriptors = tuple(descriptors)
     if key_schema is None:
         key_fields = _inferred_key_fields(rows, descriptors, state_storage, state_storage_options)
     else:
-        key_fields = [(field.name, field.dataType.simpleString()) for field in _schema(key_schema, "key_schema").fields]
+        key_fields = [(field.name, field.dataType.simpleString())
+                      for field in parse_schema(key_schema, "key_schema").fields]
     typed = {d.name: column_type for d in descriptors if (column_type := _column_type(d)) is not None}
     taken = {name for name, _ in key_fields} | set(_FIXED_COLUMNS)
     clashes = sorted(name for name in typed if name in taken)

@@ -13,13 +13,13 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from keyedstate import KeyedProcessFunction, KeyedStateBootstrapFunction, Types, ValueStateDescriptor
-from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark.bootstrap import _BootstrapJob, _group_function
-from keyedstate.spark.group_function import _RUNTIMES, EVENT_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
 from keyedstate.state.key_groups.initial_state import InitialState, KeyedStateBootstrap, resolve_initial_state
 from keyedstate.spark.key_group_layout import balanced_grouping_value
+from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.rocksdb.versions import SnapshotPolicy, VersionRecord
@@ -77,7 +77,7 @@ def backend_args(backend: str, tmp_path, policy: Optional[SnapshotPolicy] = None
     if backend == "heap":
         return {"state_backend": "heap"}
     return {"state_backend": "rocksdb", "state_storage": str(tmp_path / "query-storage"),
-            "local_dir": str(tmp_path / "local"), "snapshot_policy": policy}
+            "state_local_dir": str(tmp_path / "local"), "snapshot_policy": policy, "uid": "keyed_process"}
 
 
 def bootstrap(tmp_path, backend: str, rows: dict[int, list[tuple[str, int, int]]], function=None,
@@ -85,9 +85,10 @@ def bootstrap(tmp_path, backend: str, rows: dict[int, list[tuple[str, int, int]]
     """Run the bootstrap's group function for each key group of ``rows`` ({key group: [(user, n, ts)]}) and commit
     it, as bootstrap_keyed_state does with Spark's groups."""
     path = str(tmp_path / name)
-    job = _BootstrapJob.create(function or Seed(), path, StorageOptions(), (("user", "string"),),
-                               ("user", "n", "ts"), KEY_GROUPS, backend,
-                               str(tmp_path / "local") if backend == "rocksdb" else None, None)
+    options = KeyedProcessOptions(
+        time_mode=PROCESSING_TIME, num_key_groups=KEY_GROUPS, state_backend=backend, state_storage=path, uid="bootstrap",
+        state_local_dir=str(tmp_path / "local") if backend == "rocksdb" else None)
+    job = _BootstrapJob.create(function or Seed(), options, (("user", "string"),), ("user", "n", "ts"))
     group = _group_function(job)
     results = []
     for key_group, elements in rows.items():
@@ -101,9 +102,8 @@ def bootstrap(tmp_path, backend: str, rows: dict[int, list[tuple[str, int, int]]
 def query(tmp_path, backend: str, initial: Optional[InitialState], policy: Optional[SnapshotPolicy] = None):
     spec = GroupFunctionSpec(
         runtime_id=f"query-{uuid.uuid4().hex}", key_columns=("user",), value_columns=("user", "op"),
-        key_group_column="_kg", event_time_ms_column="_ms", time_mode=EVENT_TIME, num_key_groups=KEY_GROUPS,
-        poll_interval_ms=1000, layout=OutputLayout(OUTPUT), initial_state=initial,
-        **backend_args(backend, tmp_path, policy),
+        key_group_column="_kg", event_time_ms_column="_ms", layout=OutputLayout(OUTPUT), initial_state=initial,
+        options=KeyedProcessOptions(num_key_groups=KEY_GROUPS, **backend_args(backend, tmp_path, policy)),
     )
     return make_group_function(spec, Counter())
 

@@ -13,13 +13,8 @@ from pyspark.sql import Row
 
 from keyedstate import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError, NullKeyError, UserFunctionError
-from keyedstate.spark.group_function import (
-    _RUNTIMES,
-    EVENT_TIME,
-    PROCESSING_TIME,
-    GroupFunctionSpec,
-    make_group_function,
-)
+from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
+from keyedstate.spark.options import EVENT_TIME, PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.outputs import OutputLayout
 from keyedstate.spark.group_elements import column_values, first_null, group_order, key_codes, row_factory
@@ -62,8 +57,8 @@ def _run(
     spec = GroupFunctionSpec(
         runtime_id=f"unit-{id(frame)}", key_columns=tuple(key_columns), value_columns=tuple(value_columns),
         key_group_column="_keyedstate_key_group", event_time_ms_column="_ms" if event_time else None,
-        time_mode=EVENT_TIME if event_time else PROCESSING_TIME, num_key_groups=4, poll_interval_ms=1000,
-        layout=layout,
+        layout=layout, options=KeyedProcessOptions(time_mode=EVENT_TIME if event_time else PROCESSING_TIME,
+                                                   num_key_groups=4),
     )
     function = make_group_function(spec, Recorder())
     try:
@@ -78,14 +73,15 @@ def test_the_pickled_group_function_carries_no_runtime_of_the_driver():
     from pyspark import cloudpickle
 
     _run(_frame(["a"], ["p"], [1]))
-    spec = GroupFunctionSpec("pickle", ("user",), ("user",), "_keyedstate_key_group", None, PROCESSING_TIME, 4, 1000,
-                             OutputLayout(StructType([StructField("k", StringType())])))
+    spec = GroupFunctionSpec("pickle", ("user",), ("user",), "_keyedstate_key_group", None,
+                             OutputLayout(StructType([StructField("k", StringType())])),
+                             KeyedProcessOptions(time_mode=PROCESSING_TIME, num_key_groups=4))
     _RUNTIMES["leftover"] = object()  # type: ignore[assignment]
     try:
         data = cloudpickle.dumps(make_group_function(spec, Recorder()))
     finally:
         _RUNTIMES.pop("leftover", None)
-    assert b"leftover" not in data and b"_GroupRuntime" not in data
+    assert b"leftover" not in data and b"GroupRuntime" not in data
 
 
 def _frame(users, payloads, ms) -> pd.DataFrame:
@@ -205,7 +201,7 @@ def test_an_output_error_names_the_location_once_the_function_and_the_key():
 
     layout = OutputLayout(StructType([StructField("k", StringType()), StructField("n", LongType())]))
     spec = GroupFunctionSpec("short-b", ("user",), ("user", "payload", "ts"), "_keyedstate_key_group", "_ms",
-                             EVENT_TIME, 4, 1000, layout)
+                             layout, KeyedProcessOptions(num_key_groups=4))
     function = make_group_function(spec, ShortRecordForB())
     try:
         with pytest.raises(InvalidOutputError) as failure:

@@ -14,9 +14,10 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
-from keyedstate.spark.group_function import _RUNTIMES, EVENT_TIME, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.open_databases import open_databases_of
+from keyedstate.spark.options import KeyedProcessOptions
 from keyedstate.spark.outputs import OutputLayout
 from tests.spark.test_group_function_unit import FakeGroupState
 
@@ -37,17 +38,21 @@ def spec_for(tmp_path, runtime_id: str) -> GroupFunctionSpec:
     """A RocksDB-mode query's group function spec; every worker process of the query builds the same one."""
     return GroupFunctionSpec(
         runtime_id=runtime_id, key_columns=("user",), value_columns=("user",),
-        key_group_column="_kg", event_time_ms_column="_ms", time_mode=EVENT_TIME, num_key_groups=8,
-        poll_interval_ms=1000,
+        key_group_column="_kg", event_time_ms_column="_ms",
         layout=OutputLayout(StructType([StructField("user", StringType()), StructField("n", LongType())])),
-        state_backend="rocksdb", state_storage=str(tmp_path / "storage"), local_dir=str(tmp_path / "local"),
+        options=rocksdb_options(tmp_path),
     )
+
+
+def rocksdb_options(tmp_path) -> KeyedProcessOptions:
+    return KeyedProcessOptions(num_key_groups=8, state_backend="rocksdb", state_storage=str(tmp_path / "storage"),
+                               state_local_dir=str(tmp_path / "local"), uid="keyed_process")
 
 
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
     """A worker process's group function for a RocksDB-mode query; ``reuse`` as Spark's SPARK_REUSE_WORKER, ``changes``
-    to the spec (a snapshot policy)."""
+    to its options (a snapshot policy)."""
     created = []
 
     def make(reuse: bool, **changes):
@@ -55,7 +60,8 @@ def worker(tmp_path, monkeypatch):
             monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
         else:
             monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-        spec = dataclasses.replace(spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}"), **changes)
+        spec = spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}")
+        spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **changes))
         created.append(spec.runtime_id)
         return make_group_function(spec, RunningCount())
 
@@ -165,7 +171,7 @@ def _stored_files_of_version(tmp_path, tag: str) -> list:
 def _run_with_an_older_copy(worker, tmp_path, **changes):
     """Without worker reuse every call closes and tags its database: keep the copy the first call left, let two
     more calls run, then put the old copy back, as a worker process that last ran the key group two batches ago
-    has it. Returns the group state and the old copy's tag. ``changes``: to the query's spec (a snapshot policy)."""
+    has it. Returns the group state and the old copy's tag. ``changes``: to the query's options (a snapshot policy)."""
     function, state = worker(reuse=False, **changes), FakeGroupState()
     call(function, ["a"], state)
     path = database_path(tmp_path)

@@ -268,7 +268,8 @@ class KeyedStateBackend(KeyContext, ABC):
         """Run ``hook`` at the start of every snapshot (lets in-memory services flush into their raw column)."""
         self._pre_snapshot_hooks.append(hook)
 
-    def _run_pre_snapshot_hooks(self) -> None:
+    def run_pre_snapshot_hooks(self) -> None:
+        """Run the hooks added with :meth:`add_pre_snapshot_hook`; every snapshot starts with this."""
         for hook in self._pre_snapshot_hooks:
             hook()
 

@@ -200,7 +200,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
 
     def prepare_snapshot(self) -> None:
         self.drop_unregistered_states()
-        self._run_pre_snapshot_hooks()  # timers flush into their raw column here
+        self.run_pre_snapshot_hooks()  # timers flush into their raw column here
         now = self.ttl_clock()
         for registered in self._states.values():
             ttl = registered.descriptor.ttl_config

@@ -67,7 +67,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._value_stores: list[RocksDBValueStore] = []
         self._database = RocksDatabase(self.path, self.options, self.record_changes,
                                        collect_on_close=self.collect_on_close)
-        self._load_metadata_from_database()
+        self.load_metadata_from_database()
 
     # ---- stores --------------------------------------------------------------------------------------------------
 
@@ -90,8 +90,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             if forget:
                 store.forget_memo()
 
-    def _run_pre_snapshot_hooks(self) -> None:
-        super()._run_pre_snapshot_hooks()
+    def run_pre_snapshot_hooks(self) -> None:
+        super().run_pre_snapshot_hooks()
         self.write_pending_values()
 
     def _create_list_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBListStore:
@@ -171,7 +171,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 break
             yield StateMetadata.from_json(json.loads(value))
 
-    def _load_metadata_from_database(self) -> None:
+    def load_metadata_from_database(self) -> None:
+        """Read the metadata of the states the database holds (after a restore or replayed changes)."""
         for metadata in self._stored_metadata():
             if metadata.name not in self._states:
                 self._restored_metadata[metadata.name] = metadata
@@ -320,12 +321,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def prepare_snapshot(self) -> None:
         self.drop_unregistered_states()
-        self._run_pre_snapshot_hooks()  # timers flush, value states write what they kept back
+        self.run_pre_snapshot_hooks()  # timers flush, value states write what they kept back
         self._cleanup_expired(only_snapshot_cleanup=True)
 
     def take_changes(self) -> ChangeLog:
         """The writes since the database was opened or the last call (all of its content when not recording)."""
-        self._run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
+        self.run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
         database = self._database
         return database.take_changes() if database.records_changes else database.contents_as_changes()
 
@@ -337,7 +338,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def checkpoint(self, target: str) -> None:
         """A consistent copy of the database in ``target`` (SST files hard-linked); expired TTL entries are removed
         first, so a base snapshot never carries them."""
-        self._run_pre_snapshot_hooks()
+        self.run_pre_snapshot_hooks()
         self._cleanup_expired(only_snapshot_cleanup=False)
         self._database.checkpoint(target)
 
@@ -346,7 +347,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         again: it is stored already)."""
         self.write_pending_values(forget=True)
         changes.apply(self._database)
-        self._load_metadata_from_database()  # the changes may describe states the database did not know
+        self.load_metadata_from_database()  # the changes may describe states the database did not know
 
     def _stores(self) -> list[Any]:
         return [registered.store for registered in self._states.values()] + list(self._raw_columns.values())

@@ -94,7 +94,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
     def _bound_to_database(self) -> None:
         self._attached = True
         self._restored_metadata = {}
-        self._load_metadata_from_database()
+        self.load_metadata_from_database()
         stored = set(self._restored_metadata)
         self._check_registered_against_database()
         # States the database describes keep their stored metadata until settle_restored_states migrated them.
@@ -154,6 +154,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
                     metadata.check_compatible(registered.descriptor)
                 del self._restored_metadata[name]
 
-    def _load_metadata_from_database(self) -> None:
+    def load_metadata_from_database(self) -> None:
         # registered states too: _check_registered_against_database compares them with their descriptors
         self._restored_metadata.update((metadata.name, metadata) for metadata in self._stored_metadata())

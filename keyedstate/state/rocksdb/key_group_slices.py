@@ -101,8 +101,8 @@ def key_group_is_empty(backend: Any, key_group: int) -> bool:
 def checkpoint_key_group(backend: Any, key_group: int, target: str) -> None:
     """A RocksDB checkpoint in ``target`` of a new database holding only ``key_group`` and the state metadata, in
     the column families Spark's per-key-group database would have. Expired TTL entries are removed first."""
-    backend._run_pre_snapshot_hooks()
-    backend._cleanup_expired(only_snapshot_cleanup=False)
+    backend.run_pre_snapshot_hooks()
+    backend.cleanup_expired_state()
     work = f"{target}.work"
     shutil.rmtree(work, ignore_errors=True)
     database = RocksDatabase(work, replace(backend.options, reuse_existing=False), collect_on_close=True)
@@ -130,7 +130,7 @@ def load_key_group(backend: Any, key_group: int, base_directory: Optional[str],
         kept = [op for ops in split_changes(changelog, owned).values() for op in ops]
         kept += [op for op in changelog.ops if op[1] == DEFAULT_CF]
         ChangeLog(kept).apply(database)
-    backend._load_metadata_from_database()
+    backend.load_metadata_from_database()
 
 
 def _copy_base(database: RocksDatabase, directory: str) -> None:

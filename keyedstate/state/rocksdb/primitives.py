@@ -67,7 +67,7 @@ class RocksDBValueState(ValueState):
                 store.memo_key, store.memo_value = stored_key, None
                 return None
         try:
-            value = store._fast_deserialize(data)
+            value = store.fast_deserialize(data)
         except Exception:
             return store.get(self._namespace)
         accepts = store._accepts
@@ -96,7 +96,7 @@ class RocksDBValueState(ValueState):
             self._stored_key = prefix + self._namespace
             self._key_prefix = prefix
         try:
-            data = store._fast_serialize(value)  # now: a value that cannot be stored fails at update()
+            data = store.fast_serialize(value)  # now: a value that cannot be stored fails at update()
         except Exception:
             store.put(self._namespace, value)  # redone by the store, which raises its error naming the state
             return

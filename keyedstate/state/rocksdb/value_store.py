@@ -29,14 +29,14 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
     updated for every element is written once per run, and read back from here instead of RocksDB.
     """
 
-    __slots__ = ("_fast_deserialize", "_fast_serialize", "_accepts", "_exact_types", "memo_key", "memo_value",
+    __slots__ = ("fast_deserialize", "fast_serialize", "_accepts", "_exact_types", "memo_key", "memo_value",
                  "memo_data")
 
     def __init__(self, backend: Any, family_name: str, codec: EntryCodec, name: str) -> None:
         super().__init__(backend, family_name, codec, name)
         type_info = codec.descriptor.type_info
-        self._fast_deserialize = self._deserialize if codec.has_ttl else type_info.serializer.deserialize
-        self._fast_serialize = self._serialize if codec.has_ttl else type_info.serializer.serialize
+        self.fast_deserialize = self._deserialize if codec.has_ttl else type_info.serializer.deserialize
+        self.fast_serialize = self._serialize if codec.has_ttl else type_info.serializer.serialize
         self._accepts = None if codec.has_ttl or type_info.accepts_any else type_info.accepts
         self._exact_types = type_info.exact_types
 
@@ -78,7 +78,7 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
         if data is None:
             return None
         try:
-            value = self._fast_deserialize(data)
+            value = self.fast_deserialize(data)
         except Exception:
             return self._deserialize(data)  # raises the codec's error naming the state
         accepts = self._accepts
@@ -92,7 +92,7 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
             self.forget_memo()
         # Serialized before the write: a value that cannot be serialized writes nothing.
         try:
-            data = self._fast_serialize(entry)
+            data = self.fast_serialize(entry)
         except Exception:
             data = self._serialize(entry)  # raises the codec's error naming the state
         try:
