@@ -40,6 +40,8 @@ _LAZY_NAMES = {
 }
 
 if TYPE_CHECKING:
+    from pyspark.sql import Row
+
     from keyedstate.api.bootstrap_function import KeyedStateBootstrapFunction
     from keyedstate.api.co_process_function import KeyedCoProcessFunction
     from keyedstate.api.process_function import Function, KeyedProcessFunction
@@ -67,7 +69,6 @@ if TYPE_CHECKING:
     from keyedstate.state.heap import HeapKeyedStateBackend
     from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
     from keyedstate.typeinfo import TypeInformation, Types
-    from pyspark.sql import Row
 
 __version__ = "0.1.0"
 

@@ -22,7 +22,6 @@ from timers.codec import (
     encode_record,
 )
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
-from timers.user_service import TimerService
 from timers.heap_partitioned import HeapPartitionedTimerQueue
 from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
@@ -30,6 +29,7 @@ from timers.service import DEFAULT_SERVICE_NAME, InternalTimerService, TimerBack
 from timers.storage import TimerStorage
 from timers.time import MAX_TIMESTAMP, to_epoch_millis, to_time_bound
 from timers.timer import InternalTimer, Triggerable, make_timer
+from timers.user_service import TimerService
 
 __all__ = [
     "BLOB_FORMAT_VERSION",

@@ -92,7 +92,7 @@ class KafkaSource(DataSource):
         return KafkaStreamReader(self.kafka_options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> "KafkaStreamWriter":
-        from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
+        from connectors.kafka.sink import KafkaStreamWriter
         from connectors.kafka.sink_options import parse_sink_options
 
         return KafkaStreamWriter(parse_sink_options(dict(self.options)), schema)

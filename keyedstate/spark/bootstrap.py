@@ -33,17 +33,21 @@ from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
 from keyedstate.spark.api import KEY_GROUP_COLUMN, add_key_group_column
 from keyedstate.spark.compat import check_arrow
 from keyedstate.spark.group_function import GroupFunctionSpec, GroupRuntime, cached_runtime, create_store
-from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
-from keyedstate.spark.schemas import check_key_columns
-from keyedstate.spark.metrics import CallMetrics
-from keyedstate.state.key_groups.initial_state import (
-    KeyedStateBootstrap, encode_row, new_bootstrap_storage, storage_at, write_bootstrap_manifest,
-)
 from keyedstate.spark.key_group_layout import IDENTITY
-from keyedstate.state.key_groups.store import HEAP
+from keyedstate.spark.metrics import CallMetrics
+from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.outputs import OutputLayout
-from keyedstate.state.key_groups.row_format import StateRow
+from keyedstate.spark.schemas import check_key_columns
 from keyedstate.spark.shipping import ShippedFunction
+from keyedstate.state.key_groups.initial_state import (
+    KeyedStateBootstrap,
+    encode_row,
+    new_bootstrap_storage,
+    storage_at,
+    write_bootstrap_manifest,
+)
+from keyedstate.state.key_groups.row_format import StateRow
+from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = ["bootstrap_keyed_state"]

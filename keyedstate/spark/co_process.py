@@ -35,12 +35,10 @@ from keyedstate.spark.api import (
     output_layout,
     with_progress_metrics,
 )
+from keyedstate.spark.group_elements import column_values, rows_builder
+from keyedstate.spark.key_group_layout import BALANCED
 from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
 from keyedstate.spark.schemas import check_key_columns
-from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
-from keyedstate.spark.key_group_layout import BALANCED
-from keyedstate.state.key_groups.store import HEAP
-from keyedstate.spark.group_elements import column_values, rows_builder
 from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import (
     LATE_EVENTS_ANCHOR_COLUMN,
@@ -50,6 +48,8 @@ from keyedstate.spark.watermarks import (
     watermark_field,
     without_watermark,
 )
+from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
+from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 

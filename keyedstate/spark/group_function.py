@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from keyedstate.api.time_domain import MIN_WATERMARK, TimeDomain
+from keyedstate.checkpoint.locations import join_location
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
 from keyedstate.operator.keyed_process import KeyedProcessOperator
@@ -34,13 +35,6 @@ from keyedstate.spark.compat import (
     task_partition_id,
     watermark_or_none,
 )
-from keyedstate.checkpoint.locations import join_location
-from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
-from keyedstate.spark.key_group_layout import key_group_of_grouping_value
-from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, CallMetrics
-from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
-from keyedstate.spark.outputs import OutputLayout
-from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.group_elements import (
     column_values,
     decode_micros_columns,
@@ -49,11 +43,17 @@ from keyedstate.spark.group_elements import (
     key_codes,
     rows_builder,
 )
-from keyedstate.state.key_groups.initial_state import InitialState
-from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
-from keyedstate.state.key_groups.row_format import StateRow
-from keyedstate.state.base.layout import key_group_prefix
+from keyedstate.spark.key_group_layout import key_group_of_grouping_value
+from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, CallMetrics
+from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
+from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
+from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.layout import key_group_prefix
+from keyedstate.state.key_groups.initial_state import InitialState
+from keyedstate.state.key_groups.row_format import StateRow
+from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
 
 if TYPE_CHECKING:
     from keyedstate.spark.co_process import TwoInputColumns

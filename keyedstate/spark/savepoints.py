@@ -36,11 +36,18 @@ from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import validate_num_key_groups
 from keyedstate.redaction import redact_uri
 from keyedstate.spark.savepoint_records import CHUNK_SCHEMA, SourceDecoder
-from keyedstate.spark.savepoint_source import SavepointSource, checkpoint_source, directory_source, \
-    is_savepoint_directory
+from keyedstate.spark.savepoint_source import (
+    SavepointSource,
+    checkpoint_source,
+    directory_source,
+    is_savepoint_directory,
+)
 from keyedstate.spark.savepoint_writer import RESULT_SCHEMA, TargetWriter
 from keyedstate.state.key_groups.initial_state import (
-    BOOTSTRAP_MANIFEST, KeyedStateBootstrap, new_bootstrap_storage, read_bootstrap_manifest,
+    BOOTSTRAP_MANIFEST,
+    KeyedStateBootstrap,
+    new_bootstrap_storage,
+    read_bootstrap_manifest,
     write_bootstrap_manifest,
 )
 from keyedstate.state.key_groups.store import STATE_BACKENDS

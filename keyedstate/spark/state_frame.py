@@ -22,10 +22,10 @@ import re
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from keyedstate.errors import ConfigurationError
-from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.spark.compat import state_rows_frame
 from keyedstate.spark.state_reader import decode_state_row
 from keyedstate.state.descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor
+from keyedstate.state.key_groups.row_format import StateRow
 
 __all__ = ["read_keyed_state_frame", "TIMERS_STATE", "spark_type_of"]
 

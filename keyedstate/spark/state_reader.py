@@ -12,15 +12,15 @@ import os
 import tempfile
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
-from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.redaction import without_credentials
+from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
 from keyedstate.spark.compat import read_state_rows
-from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
 from keyedstate.state.descriptors import StateDescriptor
+from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from timers import decode_key_group_blob
 from timers.codec import decode_record
 

@@ -19,8 +19,8 @@ from typing import Any, Mapping, Optional
 
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError
-from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
 from keyedstate.keygroups import key_group_of_stored_key
+from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_store import Records, RowKeyGroupStore
 from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row

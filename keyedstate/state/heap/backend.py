@@ -171,7 +171,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         """Every state that holds data (registered, or restored and not registered again), unsorted; the Spark
         state row is built from this."""
         exported = []
-        for name, registered in self._states.items():
+        for registered in self._states.values():
             if registered.store.data:
                 records = list(_records_of(registered.descriptor, registered.codec, registered.store))
                 exported.append((self.metadata_of(registered.descriptor), records))

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from keyedstate.state.base.layout import LIST_SEQUENCE_BYTES, EntryCodec, pack_sequence, prefix_successor, unpack_sequence
+from keyedstate.state.base.layout import (
+    LIST_SEQUENCE_BYTES,
+    EntryCodec,
+    pack_sequence,
+    prefix_successor,
+    unpack_sequence,
+)
 from keyedstate.state.base.stores import ListStore
 from keyedstate.state.rocksdb.column_family_store import ColumnFamilyStore
 

@@ -259,7 +259,7 @@ class KeyGroupVersions:
         names = self.storage.list_entries(self.directory)
         doomed: list[str] = []
         remaining_manifests: list[str] = []
-        for name, is_dir, _ in names:
+        for name, _is_dir, _ in names:
             match = _FILE_NAME.match(name)
             if match is None:
                 continue
