@@ -343,7 +343,7 @@ def with_progress_metrics(output: DataFrame, function: Any, options: KeyedProces
     metrics_column = side_output_column(METRICS_TAG)
     if not options.progress_metrics:
         if options.emit_metrics:
-            return output.withColumn(metrics_column, metrics_struct(F.col(metrics_column)))
+            return output.withColumn(metrics_column, metrics_struct(metrics_column))
         return output
     if side_outputs:
         keep = [c for c in output.columns if c != metrics_column]
@@ -367,5 +367,5 @@ def side_output(output: DataFrame, tag_id: str) -> DataFrame:
     rows = output.where(F.col(SIDE_OUTPUT_TAG_COLUMN) == tag_id)
     if tag_id == METRICS_TAG and isinstance(output.schema[column].dataType, StringType):
         # as the metrics rows left the workers: applyInPandasWithState's output without keyed_process's projection
-        return rows.select(metrics_struct(F.col(column)).alias(column)).select(f"{column}.*")
+        return rows.select(metrics_struct(column).alias(column)).select(f"{column}.*")
     return rows.select(f"{column}.*")

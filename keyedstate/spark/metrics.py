@@ -95,10 +95,7 @@ def _summary_sql(kind: str, field: str) -> str:
     Written as SQL, one plain aggregate per metric over the split column: a streaming query plans its observation
     again in every micro-batch, and higher-order functions or a Column built in a few hundred Py4J calls made
     that cost a third of a second per query start (bench/test_progress_metrics_bench.py)."""
-    index = next(i for i, (name, _) in enumerate(METRICS_FIELDS) if name == field)
-    part = f"`{_PARTS_COLUMN}`[{index}]"
-    cast = f"CAST({part} AS {METRICS_FIELDS[index][1]})"
-    value = f"CASE WHEN {part} != '' THEN {cast} END" if field in NULLABLE_METRICS_FIELDS else cast  # '' is a null
+    value = _field_sql(f"`{_PARTS_COLUMN}`", field)
     if kind == "sum":
         return f"coalesce(sum({value}), 0L)"  # a batch without calls reports 0, not null
     if kind == "millis":
@@ -118,22 +115,21 @@ def encode_metrics_row(values: tuple[Any, ...]) -> str:
     return ",".join("" if value is None else str(value) for value in values)
 
 
-def _metrics_field(column: Any, name: str) -> Any:
-    """Field ``name`` of the encoded metrics rows in ``column`` (null where the column is null)."""
+def _field_sql(parts: str, field: str) -> str:
+    """SQL of field ``field`` of the split metrics rows ``parts`` (an array of strings; null in other rows)."""
+    index = next(i for i, (name, _) in enumerate(METRICS_FIELDS) if name == field)
+    cast = f"CAST({parts}[{index}] AS {METRICS_FIELDS[index][1]})"
+    # '' is a null; only the nullable fields pay the check (a plain cast of '' fails under ANSI mode, Spark 4's default)
+    return f"CASE WHEN {parts}[{index}] != '' THEN {cast} END" if field in NULLABLE_METRICS_FIELDS else cast
+
+
+def metrics_struct(column: str) -> Any:
+    """The :data:`METRICS_SCHEMA_DDL` struct of the encoded metrics rows in column ``column`` (null in other rows)."""
     from pyspark.sql import functions as F
 
-    index = next(i for i, (field, _) in enumerate(METRICS_FIELDS) if field == name)
-    part = F.split(column, ",").getItem(index)
-    # an empty part is a null: cast alone would fail on it under ANSI mode, Spark 4's default
-    return F.when(part != F.lit(""), part.cast(METRICS_FIELDS[index][1]))
-
-
-def metrics_struct(column: Any) -> Any:
-    """The :data:`METRICS_SCHEMA_DDL` struct of the encoded metrics rows in ``column`` (null in other rows)."""
-    from pyspark.sql import functions as F
-
-    fields = F.struct(*[_metrics_field(column, name).alias(name) for name, _ in METRICS_FIELDS])
-    return F.when(column.isNotNull(), fields)
+    parts = f"split(`{column}`, ',')"
+    fields = ", ".join(f"'{name}', {_field_sql(parts, name)}" for name, _ in METRICS_FIELDS)
+    return F.expr(f"CASE WHEN `{column}` IS NOT NULL THEN named_struct({fields}) END")
 
 
 def observe_metrics(output: Any, metrics_column: str, tag_column: str, name: str, keep_columns: list[str],
@@ -150,7 +146,7 @@ def observe_metrics(output: Any, metrics_column: str, tag_column: str, name: str
     observed = split.observe(name, *[F.expr(_summary_sql(kind, field)).alias(metric)
                                      for metric, kind, field in PROGRESS_METRICS]).select(*columns)
     if keep_rows:
-        return observed.withColumn(metrics_column, metrics_struct(F.col(metrics_column)))
+        return observed.withColumn(metrics_column, metrics_struct(metrics_column))
     tag = F.col(tag_column)
     return observed.where(tag.isNull() | (tag != F.lit(METRICS_TAG))).select(*keep_columns)
 

@@ -68,18 +68,18 @@ def test_keyed_state_metrics_reads_every_form_of_a_progress():
 
 @pytest.mark.spark
 def test_an_encoded_metrics_row_reads_back_as_the_metrics_struct_under_ansi_mode(spark):
-    from pyspark.sql import functions as F
+    from keyedstate.spark.metrics import METRICS_FIELDS, NULLABLE_METRICS_FIELDS, metrics_struct
 
-    from keyedstate.spark.metrics import METRICS_FIELDS, metrics_struct
-
-    values = tuple(range(len(METRICS_FIELDS) - 1)) + (None,)  # a null field travels as an empty part
+    # the nullable fields travel as empty parts
+    values = tuple(None if name in NULLABLE_METRICS_FIELDS else index for index, (name, _) in enumerate(METRICS_FIELDS))
     previous = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "true")  # a plain cast of "" would fail the batch here
     try:
         frame = spark.createDataFrame([(encode_metrics_row(values),), (None,)], "m STRING")
-        rows = frame.select(metrics_struct(F.col("m")).alias("m")).collect()
+        read = frame.select(metrics_struct("m").alias("m"))
+        rows = read.collect()
     finally:
         spark.conf.set("spark.sql.ansi.enabled", previous)
     assert tuple(rows[0].m) == values and rows[1].m is None
-    assert [f.name for f in frame.select(metrics_struct(F.col("m")).alias("m")).schema["m"].dataType.fields] == \
-        [name for name, _ in METRICS_FIELDS]
+    assert [(f.name, f.dataType.simpleString()) for f in read.schema["m"].dataType.fields] == \
+        [(name, type_.lower()) for name, type_ in METRICS_FIELDS]
