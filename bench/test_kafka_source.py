@@ -154,7 +154,7 @@ def _count_through_spark(spark, fmt: str, options: dict) -> dict:
 def _raw_loop(broker: str, topic: str) -> int:
     from confluent_kafka import Consumer, TopicPartition
 
-    from connectors.kafka.options import parse_options
+    from connectors.kafka.source_options import parse_options
 
     # The limit: the same librdkafka settings as the source's executor consumers, and it stops at the end offsets
     # it looked up first, as a reader of a fixed range does (waiting for partition EOF would add a consume timeout).

@@ -36,7 +36,7 @@ from keyedstate.serialization import encode_key
 from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.options import KeyedProcessOptions
-from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.output_frames import OutputLayout
 from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing import KeyedProcessHarness

@@ -56,7 +56,7 @@ def local_connect_session(master: str, app_name: str, conf: dict[str, str]) -> A
     on the machine (the exactly-once job the tests start and kill, another test run) cannot bind."""
     from pyspark.sql import SparkSession
 
-    from keyedstate.spark.compat import is_connect_session
+    from keyedstate.spark_compat import is_connect_session
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -47,7 +47,7 @@ RULES: dict[str, tuple[str, ...]] = {
     # connector only when given the source's options, and the connector never imports it back.
     "keyedstate.spark.savepoints": ("keyedstate", "timers", "connectors.kafka.group_offsets"),
     "timers": ("timers", *TIMERS_USES),
-    "connectors": ("connectors", "keyedstate.checkpoint.listener", "keyedstate.errors", "keyedstate.spark.compat",
+    "connectors": ("connectors", "keyedstate.checkpoint.listener", "keyedstate.errors", "keyedstate.spark_compat",
                    "keyedstate.fastpath", "keyedstate.redaction"),
 }
 
@@ -221,12 +221,12 @@ def test_no_module_calls_another_modules_private_methods():
 
 
 @pytest.mark.parametrize("source, expected", [
-    ("from keyedstate.spark.api import _schema\n", ["keyedstate.spark.api._schema"]),
-    ("from .api import (\n    KEY_GROUP_COLUMN,\n    _check_key_columns,\n)\n", ["keyedstate.spark.api._check_key_columns"]),
+    ("from keyedstate.spark.process import _schema\n", ["keyedstate.spark.process._schema"]),
+    ("from .process import (\n    KEY_GROUP_COLUMN,\n    _check_key_columns,\n)\n", ["keyedstate.spark.process._check_key_columns"]),
     ("def f():\n    from keyedstate.spark.group_function import _GroupRuntime\n",
      ["keyedstate.spark.group_function._GroupRuntime"]),
     ("import keyedstate.spark._hidden\n", ["keyedstate.spark._hidden"]),
-    ("from keyedstate import _fastpath\nfrom keyedstate.spark.api import __all__, keyed_process\n", []),
+    ("from keyedstate import _fastpath\nfrom keyedstate.spark.process import __all__, keyed_process\n", []),
 ])
 def test_a_private_import_is_caught_and_the_allowed_ones_are_not(tmp_path, source, expected):
     path = tmp_path / "module.py"

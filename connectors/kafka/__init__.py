@@ -49,11 +49,11 @@ _EXPORTS = {
     "KafkaSinkCommitMessage": "sink_writer",
     "KafkaOffsetCommitListener": "listener",
     "attach_commit_listener": "listener",
-    "KafkaOptions": "options",
-    "parse_options": "options",
+    "KafkaOptions": "source_options",
+    "parse_options": "source_options",
     "FORMAT_NAME": "source",
     "SCHEMA": "source",
-    "KafkaSource": "source",
+    "KafkaSource": "data_source",
     "KafkaStreamReader": "source",
 }
 
@@ -89,6 +89,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from connectors.kafka.committer import CheckpointOffsetCommitter
+    from connectors.kafka.data_source import KafkaSource
     from connectors.kafka.errors import (
         BrokersUnavailableError,
         KafkaConfigurationError,
@@ -105,11 +106,11 @@ if TYPE_CHECKING:
         UnknownTopicError,
     )
     from connectors.kafka.listener import KafkaOffsetCommitListener, attach_commit_listener
-    from connectors.kafka.options import KafkaOptions, parse_options
     from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
     from connectors.kafka.sink_options import KafkaSinkOptions, parse_sink_options
     from connectors.kafka.sink_writer import KafkaSinkCommitMessage
-    from connectors.kafka.source import FORMAT_NAME, SCHEMA, KafkaSource, KafkaStreamReader
+    from connectors.kafka.source import FORMAT_NAME, SCHEMA, KafkaStreamReader
+    from connectors.kafka.source_options import KafkaOptions, parse_options
 
 
 def __getattr__(name: str):

@@ -16,8 +16,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from connectors.kafka import error_codes
 from connectors.kafka.errors import KafkaRequestError, UnknownTopicError
-from connectors.kafka.options import KafkaOptions
 from connectors.kafka.retry import RetryBudget, call_with_retry
+from connectors.kafka.source_options import KafkaOptions
 
 __all__ = ["KafkaClient", "TP"]
 

@@ -20,9 +20,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message,
 
 from connectors.kafka import error_codes
 from connectors.kafka.errors import KafkaDataLossError
-from connectors.kafka.options import KafkaOptions
 from connectors.kafka.partition import KafkaInputPartition
 from connectors.kafka.retry import RetryBudget
+from connectors.kafka.source_options import KafkaOptions
 
 __all__ = ["KafkaInputPartition", "ARROW_SCHEMA", "read_range"]
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.offsets import TP, fmt_offsets, offsets_of_sources, to_offset_json
-from connectors.kafka.options import KafkaOptions, parse_options
+from connectors.kafka.source_options import KafkaOptions, parse_options
 
 __all__ = ["commit_savepoint_offsets"]
 

@@ -24,7 +24,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 from connectors.kafka.committer import CheckpointOffsetCommitter
 from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.offsets import TP, fmt_offsets, from_offset_json, offsets_of_sources
-from connectors.kafka.options import KafkaOptions, parse_options
+from connectors.kafka.source_options import KafkaOptions, parse_options
 
 __all__ = ["KafkaOffsetCommitListener", "attach_commit_listener", "latest_committed_batch", "batch_end_offsets"]
 

@@ -2,7 +2,7 @@
 
 Where each method runs:
 
-* ``KafkaSource.streamWriter`` (in :mod:`connectors.kafka.source`) builds this writer in a Python worker the driver
+* ``KafkaSource.streamWriter`` (in :mod:`connectors.kafka.data_source`) builds this writer in a Python worker the driver
   JVM starts when the query starts; options and input columns are validated there, so mistakes fail ``start()``.
 * ``KafkaStreamWriter.write``: on executors, once per Spark partition and micro-batch (and per attempt). It does
   all the Kafka work, including committing the transaction (see :mod:`connectors.kafka.sink_writer`).

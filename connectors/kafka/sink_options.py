@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
 from connectors.kafka.errors import KafkaConfigurationError
-from connectors.kafka.options import bool_option, int_option, split_options
+from connectors.kafka.option_values import bool_option, int_option, split_options
 
 __all__ = ["EXACTLY_ONCE", "AT_LEAST_ONCE", "KafkaSinkOptions", "parse_sink_options"]
 

@@ -1,10 +1,9 @@
-"""``KafkaSource``: a PySpark Python streaming data source for Kafka that commits consumer-group offsets only after
-Spark has committed the micro-batch covering them.
+"""``KafkaStreamReader``: the reading side of the ``keyedstate-kafka`` data source
+(:class:`connectors.kafka.data_source.KafkaSource`), a PySpark Python streaming reader for Kafka that commits
+consumer-group offsets only after Spark has committed the micro-batch covering them.
 
 Where each method runs:
 
-* ``KafkaSource.__init__``/``schema``/``streamReader``: in Python workers the driver JVM starts (at ``load()`` for
-  validation, then once for the query's long-lived reader process, and once to build the executor read function).
 * ``KafkaStreamReader.initialOffset``/``latestOffset``/``partitions``/``commit``/``stop``: in ONE long-lived Python
   process started by the driver JVM (not the user's process).
 * ``KafkaStreamReader.read``: on executors, one call per Kafka partition range (see :mod:`connectors.kafka.fetch`).
@@ -20,33 +19,30 @@ import json
 import logging
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from keyedstate.spark.compat import PYTHON_STREAMING_READ_LIMITS, require_spark
+from keyedstate.spark_compat import PYTHON_STREAMING_READ_LIMITS, require_spark
 
 # Before pyspark.sql.datasource is imported: on older Spark that import fails without saying what is needed.
 require_spark(PYTHON_STREAMING_READ_LIMITS, "The keyedstate-kafka source (a Python streaming data source with read "
               "limits)", "Spark's built-in Kafka source (format('kafka')) works on older Spark but commits no "
               "consumer-group offsets")
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
-from pyspark.sql.types import StructType
 
 from connectors.kafka.committer import CheckpointOffsetCommitter
 from connectors.kafka.errors import KafkaDataLossError
 from connectors.kafka.offsets import TP, fmt_offsets, from_offset_json, to_offset_json
-from connectors.kafka.options import KafkaOptions, parse_options
 from connectors.kafka.partition import KafkaInputPartition
+from connectors.kafka.source_options import KafkaOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
 
 # Spark unpickles this module in several short-lived Python processes per query (option validation, read planning,
 # the stream-reader process, executor workers), and each start-up is part of every query's latency. So the
 # confluent-kafka clients (driver side) and pyarrow/the fetch loop (executor side) are imported where they are used.
 
-__all__ = ["FORMAT_NAME", "SCHEMA", "KafkaSource", "KafkaStreamReader"]
+__all__ = ["FORMAT_NAME", "SCHEMA", "KafkaStreamReader"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.source")
 
@@ -56,53 +52,6 @@ FORMAT_NAME = "keyedstate-kafka"
 #: Identical to Spark's Kafka source with ``includeHeaders=true``.
 SCHEMA = ("key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
           "timestampType int, headers array<struct<key: string, value: binary>>")
-
-
-class KafkaSource(DataSource):
-    """Register with ``spark.dataSource.register(KafkaSource)``; read with ``spark.readStream.format(
-    "keyedstate-kafka")`` and write with ``df.writeStream.format("keyedstate-kafka")`` (the sink:
-    :class:`connectors.kafka.sink.KafkaStreamWriter`).
-
-    Source options are validated in ``schema()``, which Spark calls at ``load()``, so a bad option fails ``load()``
-    with a :class:`KafkaConfigurationError` (inside Spark's ``AnalysisException``: this runs in a Python worker
-    Spark starts; :func:`keyedstate.errors.unwrapped` gives ours back); sink options are validated in
-    ``streamWriter()``, when the query starts, and fail it before its first batch.
-    """
-
-    def __init__(self, options) -> None:  # runs in a Spark-started Python worker
-        super().__init__(options)
-        self._kafka_options: Optional[KafkaOptions] = None
-
-    @property
-    def kafka_options(self) -> KafkaOptions:
-        """The source options (parsed on first use: the same class also serves writes, with other options)."""
-        if self._kafka_options is None:
-            self._kafka_options = parse_options(dict(self.options))
-        return self._kafka_options
-
-    @classmethod
-    def name(cls) -> str:
-        return FORMAT_NAME
-
-    def schema(self) -> str:
-        self.kafka_options  # noqa: B018 - validates the source options at load()
-        return SCHEMA
-
-    def streamReader(self, schema: StructType) -> "KafkaStreamReader":
-        return KafkaStreamReader(self.kafka_options)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> "KafkaStreamWriter":
-        from connectors.kafka.sink import KafkaStreamWriter
-        from connectors.kafka.sink_options import parse_sink_options
-
-        return KafkaStreamWriter(parse_sink_options(dict(self.options)), schema)
-
-    def writer(self, schema: StructType, overwrite: bool) -> "KafkaBatchWriter":
-        """``df.write.format("keyedstate-kafka")``, meant for ``foreachBatch`` (see :class:`KafkaBatchWriter`)."""
-        from connectors.kafka.sink import KafkaBatchWriter
-        from connectors.kafka.sink_options import parse_sink_options
-
-        return KafkaBatchWriter(parse_sink_options(dict(self.options)), schema)
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

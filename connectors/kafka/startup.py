@@ -17,7 +17,7 @@ from connectors.kafka.errors import (
     OffsetOutOfRangeError,
 )
 from connectors.kafka.offsets import TP
-from connectors.kafka.options import KafkaOptions
+from connectors.kafka.source_options import KafkaOptions
 
 __all__ = ["resolve_starting_offsets"]
 

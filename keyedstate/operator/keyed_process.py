@@ -19,7 +19,7 @@ from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.api.runtime_context import RuntimeContext
 from keyedstate.api.time_domain import OutputTag, TimeDomain
 from keyedstate.errors import ConfigurationError, KeyedStateError, UserFunctionError
-from keyedstate.operator.outputs import OutputBuffer, short_repr
+from keyedstate.operator.output_buffer import OutputBuffer, short_repr
 from keyedstate.state.base.backend import KeyedStateBackend
 from timers import InternalTimerService, TimerService
 

@@ -1,17 +1,5 @@
 """Run KeyedProcessFunctions on PySpark Structured Streaming (``applyInPandasWithState`` over key groups)."""
 
-from keyedstate.spark.api import (
-    EVENT_TIME_MS_COLUMN,
-    KEY_GROUP_COLUMN,
-    METRICS_SCHEMA_DDL,
-    METRICS_TAG,
-    add_key_group_column,
-    apply_in_pandas_with_state_args,
-    keyed_process,
-    keyed_process_metrics_name,
-    main_output,
-    side_output,
-)
 from keyedstate.spark.bootstrap import bootstrap_keyed_state
 from keyedstate.spark.co_process import keyed_co_process
 from keyedstate.spark.conf import apply_recommended_conf, recommended_spark_conf
@@ -27,6 +15,18 @@ from keyedstate.spark.inspection_report import (
 )
 from keyedstate.spark.metrics_listener import JsonLinesMetricsListener, PrometheusMetricsListener, keyed_state_metrics
 from keyedstate.spark.options import KeyedProcessOptions
+from keyedstate.spark.process import (
+    EVENT_TIME_MS_COLUMN,
+    KEY_GROUP_COLUMN,
+    METRICS_SCHEMA_DDL,
+    METRICS_TAG,
+    add_key_group_column,
+    apply_in_pandas_with_state_args,
+    keyed_process,
+    keyed_process_metrics_name,
+    main_output,
+    side_output,
+)
 from keyedstate.spark.savepoints import Savepoint, read_savepoint, stop_with_savepoint, write_savepoint
 from keyedstate.spark.state_frame import read_keyed_state_frame
 from keyedstate.spark.state_reader import read_keyed_state

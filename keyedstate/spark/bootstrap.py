@@ -30,15 +30,15 @@ from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
-from keyedstate.spark.api import KEY_GROUP_COLUMN, add_key_group_column
-from keyedstate.spark.compat import check_arrow
 from keyedstate.spark.group_function import GroupFunctionSpec, GroupRuntime, cached_runtime, create_store
 from keyedstate.spark.key_group_layout import IDENTITY
 from keyedstate.spark.metrics import CallMetrics
 from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
-from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.output_frames import OutputLayout
+from keyedstate.spark.process import KEY_GROUP_COLUMN, add_key_group_column
 from keyedstate.spark.schemas import check_key_columns
 from keyedstate.spark.shipping import ShippedFunction
+from keyedstate.spark_compat import check_arrow
 from keyedstate.state.key_groups.initial_state import (
     KeyedStateBootstrap,
     encode_row,

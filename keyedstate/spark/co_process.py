@@ -25,7 +25,10 @@ from pyspark.sql.types import BooleanType, DataType, IntegralType, StructType, T
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
-from keyedstate.spark.api import (
+from keyedstate.spark.group_elements import column_values, rows_builder
+from keyedstate.spark.key_group_layout import BALANCED
+from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
+from keyedstate.spark.process import (
     EVENT_TIME_MS_COLUMN,
     INTERNAL_COLUMN_PREFIX,
     KEY_GROUP_COLUMN,
@@ -35,9 +38,6 @@ from keyedstate.spark.api import (
     output_layout,
     with_progress_metrics,
 )
-from keyedstate.spark.group_elements import column_values, rows_builder
-from keyedstate.spark.key_group_layout import BALANCED
-from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
 from keyedstate.spark.schemas import check_key_columns
 from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import (

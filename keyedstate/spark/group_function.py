@@ -26,15 +26,8 @@ from keyedstate.checkpoint.locations import join_location
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError, NullKeyError
 from keyedstate.operator.keyed_process import KeyedProcessOperator
-from keyedstate.operator.outputs import OutputBuffer
+from keyedstate.operator.output_buffer import OutputBuffer
 from keyedstate.serialization import encode_key, encode_keys_with_prefix
-from keyedstate.spark.compat import (
-    current_batch_id,
-    current_query_id,
-    task_attempt_number,
-    task_partition_id,
-    watermark_or_none,
-)
 from keyedstate.spark.group_elements import (
     column_values,
     decode_micros_columns,
@@ -46,9 +39,16 @@ from keyedstate.spark.group_elements import (
 from keyedstate.spark.key_group_layout import key_group_of_grouping_value
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, CallMetrics
 from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
-from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.output_frames import OutputLayout
 from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
 from keyedstate.spark.shipping import ShippedFunction
+from keyedstate.spark_compat import (
+    current_batch_id,
+    current_query_id,
+    task_attempt_number,
+    task_partition_id,
+    watermark_or_none,
+)
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.key_groups.initial_state import InitialState

@@ -17,7 +17,6 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.cleanup.spark_checkpoint import SparkCheckpoint
 from keyedstate.errors import CheckpointNotInspectableError, ConfigurationError, SnapshotError
 from keyedstate.redaction import without_credentials
-from keyedstate.spark.compat import state_rows_frame
 from keyedstate.spark.inspection_report import (
     KeyedStateInspection,
     KeyGroupSummary,
@@ -27,6 +26,7 @@ from keyedstate.spark.inspection_report import (
     TimerSummary,
 )
 from keyedstate.spark.state_sizes import key_group_storage_frame, key_sizes_frame
+from keyedstate.spark_compat import state_rows_frame
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB
 
 __all__ = ["inspect_keyed_state", "FAR_FUTURE_MS"]

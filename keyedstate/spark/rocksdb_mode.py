@@ -47,12 +47,12 @@ from keyedstate.checkpoint.locations import last_segment
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
 from keyedstate.redaction import redact_uri, without_credentials
-from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.spark.local_changelogs import LocalChangelogs
 from keyedstate.spark.local_databases import LocalDatabases
 from keyedstate.spark.open_databases import OpenDatabases, abandon, open_databases_of, worker_reuse_enabled
 from keyedstate.spark.query_settings import operator_storage_location
 from keyedstate.spark.storage_claims import check_single_writer
+from keyedstate.spark_compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.store import KeyGroupStore
 from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row

@@ -23,9 +23,9 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.cleanup.spark_checkpoint import SparkCheckpoint
 from keyedstate.errors import ConfigurationError, SnapshotError
 from keyedstate.redaction import redact_uri
-from keyedstate.spark.compat import STATE_DATA_SOURCE, require_spark
 from keyedstate.spark.key_group_layout import BALANCED, key_group_of_grouping_value
 from keyedstate.spark.query_settings import SETTINGS_RECORD, operator_storage_location, recorded_settings
+from keyedstate.spark_compat import STATE_DATA_SOURCE, require_spark
 from keyedstate.state.key_groups.initial_state import BOOTSTRAP_MANIFEST, KeyedStateBootstrap, read_bootstrap_manifest
 
 __all__ = ["SavepointSource", "checkpoint_source", "directory_source", "is_savepoint_directory"]

@@ -22,8 +22,8 @@ import re
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from keyedstate.errors import ConfigurationError
-from keyedstate.spark.compat import state_rows_frame
 from keyedstate.spark.state_reader import decode_state_row
+from keyedstate.spark_compat import state_rows_frame
 from keyedstate.state.descriptors import ListStateDescriptor, MapStateDescriptor, StateDescriptor
 from keyedstate.state.key_groups.row_format import StateRow
 

@@ -1,6 +1,6 @@
 """Read the keyed state of a keyed_process query back from its checkpoint (for tests, debugging, audits).
 
-Gets the key-group rows from Spark's state store (:func:`keyedstate.spark.compat.read_state_rows`: the state data
+Gets the key-group rows from Spark's state store (:func:`keyedstate.spark_compat.read_state_rows`: the state data
 source on Spark 4.0+, Spark's state store classes on 3.5), then
 decodes every key's state and timers: from the row itself in row mode, and in RocksDB mode from the version the
 row names (its base snapshot and changelogs, restored into a temporary database and verified like any restore).
@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.redaction import without_credentials
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec, decode_key
-from keyedstate.spark.compat import read_state_rows
+from keyedstate.spark_compat import read_state_rows
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
 from keyedstate.state.descriptors import StateDescriptor

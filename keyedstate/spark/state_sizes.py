@@ -49,7 +49,7 @@ _ROWS_PER_BATCH = 10_000  # rows of one output batch: a key group of millions of
 
 def key_sizes_frame(rows: Any, state_storage: Optional[str] = None,
                     state_storage_options: Optional[Mapping[str, Any]] = None) -> Any:
-    """One row per key of the state rows frame ``rows`` (:func:`keyedstate.spark.compat.state_rows_frame`), laid out
+    """One row per key of the state rows frame ``rows`` (:func:`keyedstate.spark_compat.state_rows_frame`), laid out
     as in this module's docstring."""
     return rows.mapInPandas(_KeySizes(state_storage, state_storage_options), KEY_SIZES_DDL)
 

@@ -13,7 +13,7 @@ from connectors.kafka import (
     UnknownTopicError,
 )
 from connectors.kafka.fetch import KafkaInputPartition, read_range
-from connectors.kafka.options import parse_options
+from connectors.kafka.source_options import parse_options
 from connectors.kafka.source import KafkaStreamReader
 
 pytestmark = pytest.mark.kafka

@@ -18,7 +18,7 @@ from connectors.kafka import (
     NoOffsetForTimestampError,
     OffsetOutOfRangeError,
 )
-from connectors.kafka.options import parse_options
+from connectors.kafka.source_options import parse_options
 from connectors.kafka.source import KafkaStreamReader
 
 pytestmark = pytest.mark.kafka

@@ -25,7 +25,7 @@ from pathlib import Path
 from pyspark import cloudpickle
 
 from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, Types, ValueStateDescriptor
-from keyedstate.spark.compat import current_batch_id
+from keyedstate.spark_compat import current_batch_id
 from tests.spark.local_cluster import executor_jvm_pid, use_private_spark_home
 
 if __name__ != "__main__":  # imported by a test: Spark's workers cannot import the tests (run as a script they need not)

@@ -20,7 +20,7 @@ from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_g
 from keyedstate.state.key_groups.initial_state import InitialState, KeyedStateBootstrap, resolve_initial_state
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
-from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.output_frames import OutputLayout
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.rocksdb.versions import SnapshotPolicy, VersionRecord
 from tests.spark.test_group_function_unit import FakeGroupState

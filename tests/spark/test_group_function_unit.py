@@ -16,7 +16,7 @@ from keyedstate.errors import ConfigurationError, NullKeyError, UserFunctionErro
 from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
 from keyedstate.spark.options import EVENT_TIME, PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.key_group_layout import balanced_grouping_value
-from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.output_frames import OutputLayout
 from keyedstate.spark.group_elements import column_values, first_null, group_order, key_codes, row_factory
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from pyspark.sql.types import LongType, StringType, StructField, StructType

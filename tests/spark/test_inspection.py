@@ -19,7 +19,7 @@ import pytest
 from keyedstate.errors import CheckpointNotInspectableError
 from keyedstate.keygroups import key_group_of_key
 from keyedstate.spark import inspect_keyed_state, read_keyed_state_frame
-from keyedstate.spark.compat import read_state_rows
+from keyedstate.spark_compat import read_state_rows
 from keyedstate.spark.state_frame import TIMERS_STATE
 from keyedstate.state.key_groups.row_format import StateRow, decode_state_payload
 from keyedstate.state.rocksdb.versions import VersionRecord

@@ -10,7 +10,7 @@ from pyspark.sql.types import IntegerType, LongType, StringType, StructField, St
 
 from keyedstate.errors import InvalidOutputError
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, encode_metrics_row
-from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
+from keyedstate.spark.output_frames import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 
 MAIN = StructType([StructField("user", StringType()), StructField("n", LongType())])
 METRICS = StructType([StructField(field.split()[0], IntegerType() if field.endswith(" INT") else LongType())

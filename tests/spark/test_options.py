@@ -14,7 +14,7 @@ from keyedstate.errors import ConfigurationError
 from keyedstate.spark import KeyedProcessOptions, SnapshotPolicy, keyed_co_process
 from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, GroupRuntime, cached_runtime
 from keyedstate.spark.options import PROCESSING_TIME
-from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.output_frames import OutputLayout
 from tests.spark.file_stream import start_query, write_input
 
 

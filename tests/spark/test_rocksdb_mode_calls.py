@@ -18,7 +18,7 @@ from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_g
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.open_databases import open_databases_of
 from keyedstate.spark.options import KeyedProcessOptions
-from keyedstate.spark.outputs import OutputLayout
+from keyedstate.spark.output_frames import OutputLayout
 from tests.spark.test_group_function_unit import FakeGroupState
 
 KEY_GROUP = 3

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+import subprocess
 
 import pytest
 
+from keyedstate import spark_compat as compat
 from keyedstate.errors import UnsupportedSparkVersionError
-from keyedstate.spark import compat
 
 
 def test_a_feature_of_a_newer_spark_names_the_version_needed_and_the_installed_one(monkeypatch):
@@ -31,9 +32,9 @@ def test_the_kafka_source_fails_at_import_on_spark_before_4_2_naming_what_it_nee
 def test_the_kafka_source_imports_on_spark_4_2_and_newer():
     if compat.PYSPARK_VERSION < compat.PYTHON_STREAMING_READ_LIMITS:
         with pytest.raises(UnsupportedSparkVersionError):
-            importlib.import_module("connectors.kafka.source")
+            importlib.import_module("connectors.kafka.data_source")
     else:
-        assert importlib.import_module("connectors.kafka.source").KafkaSource.name() == "keyedstate-kafka"
+        assert importlib.import_module("connectors.kafka.data_source").KafkaSource.name() == "keyedstate-kafka"
 
 
 def test_pyspark_3_5_with_a_pyarrow_it_breaks_with_is_refused_naming_the_extra_that_pins_a_working_set(monkeypatch):
@@ -45,3 +46,13 @@ def test_pyspark_3_5_with_a_pyarrow_it_breaks_with_is_refused_naming_the_extra_t
         compat.check_arrow()
     monkeypatch.setattr(pyarrow, "__version__", "24.0.0")
     compat.check_arrow()
+
+
+def test_the_kafka_data_source_loads_neither_the_operator_nor_timers_nor_rocksdb():
+    """Spark unpickles the data source in several short-lived Python processes per query; the version gate it needs
+    must not pull in keyedstate's operator (and with it timers and rocksdict)."""
+    probe = ("import sys, connectors.kafka.data_source; "
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('timers', 'rocksdict') "
+             "or m.startswith(('keyedstate.operator', 'keyedstate.spark.', 'keyedstate.state'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"

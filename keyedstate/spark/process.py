@@ -20,17 +20,17 @@ from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
-from keyedstate.spark.compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.spark.group_function import GroupFunctionSpec, make_group_function
 from keyedstate.spark.key_group_layout import BALANCED, grouping_value_column
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, metrics_name, metrics_struct, observe_metrics
 from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
-from keyedstate.spark.outputs import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
+from keyedstate.spark.output_frames import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 from keyedstate.spark.schemas import check_key_columns, column_types, parse_schema
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark.state_backend_options import default_uid, resolve_state_backend, retained_batches
 from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import check_watermark, keep_late_events
+from keyedstate.spark_compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap, resolve_initial_state
 from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
 from keyedstate.state.key_groups.store import HEAP

@@ -13,9 +13,9 @@ import pyarrow as pa
 from pyspark.sql.types import StructType
 
 from keyedstate.errors import InvalidOutputError
-from keyedstate.operator.outputs import short_repr
-from keyedstate.spark.compat import arrow_type_of
+from keyedstate.operator.output_buffer import short_repr
 from keyedstate.spark.metrics import METRICS_TAG
+from keyedstate.spark_compat import arrow_type_of
 
 __all__ = ["OutputLayout", "SIDE_OUTPUT_TAG_COLUMN", "side_output_column"]
 

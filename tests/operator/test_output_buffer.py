@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import Row
 
 from keyedstate.errors import InvalidOutputError
-from keyedstate.operator.outputs import OutputBuffer
+from keyedstate.operator.output_buffer import OutputBuffer
 
 
 def collect(result):

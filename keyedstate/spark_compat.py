@@ -2,7 +2,8 @@
 
 keyedstate.spark sticks to APIs PySpark 3.5 already has (applyInPandasWithState, xxhash64, pmod, unix_millis,
 GroupState); where 4.x or a Spark Connect session differs, the difference is handled here. docs/operations.md has
-the support matrix these checks implement.
+the support matrix these checks implement. It lives outside :mod:`keyedstate.spark` because the Kafka connector
+needs the version gate in every process Spark starts for it, without loading the operator, timers and RocksDB.
 """
 
 from __future__ import annotations
