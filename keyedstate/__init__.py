@@ -3,11 +3,11 @@
 The user API uses PyFlink's names, so PyFlink ``KeyedProcessFunction`` code ports unchanged.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from keyedstate.errors import *  # noqa: F401,F403 - every error class is public
 from keyedstate.errors import __all__ as _error_names
+from keyedstate.lazy_exports import lazy_exports
 
 # Public names load on first use: Spark starts several short-lived Python processes per query (data-source
 # planning, the stream-reader process, workers), and a module that only needs an error class or one helper should
@@ -73,17 +73,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'keyedstate' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY_NAMES)
 
 
 __all__ = [

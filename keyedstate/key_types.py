@@ -1,4 +1,4 @@
-"""The Spark types of key columns, as far as key hashing needs them (see :mod:`keyedstate.key_hashing`).
+"""The Spark types of key columns, as far as key hashing needs them (see :mod:`keyedstate.keygroups`).
 
 A key's key group depends on the Spark types of its key columns, not only on their values: Spark hashes an ``int``
 column's ``1`` as four bytes and a ``bigint`` column's ``1`` as eight, so the two land in different key groups.

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import importlib
-import sys
 import subprocess
+import sys
 
 import pytest
 
@@ -48,11 +48,12 @@ def test_pyspark_3_5_with_a_pyarrow_it_breaks_with_is_refused_naming_the_extra_t
     compat.check_arrow()
 
 
-def test_the_kafka_data_source_loads_neither_the_operator_nor_timers_nor_rocksdb():
+def test_the_kafka_data_source_loads_neither_the_operator_nor_timers_nor_state_storage():
     """Spark unpickles the data source in several short-lived Python processes per query; the version gate it needs
     must not pull in keyedstate's operator (and with it timers and rocksdict)."""
     probe = ("import sys, connectors.kafka.data_source; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('timers', 'rocksdict') "
-             "or m.startswith(('keyedstate.operator', 'keyedstate.spark.', 'keyedstate.state'))))")
+             "or m.startswith(('keyedstate.operator', 'keyedstate.spark.', 'keyedstate.state', "
+             "'keyedstate.checkpoint.storage'))))")
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "[]"

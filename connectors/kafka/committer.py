@@ -25,6 +25,8 @@ import threading
 from collections import OrderedDict
 from typing import Callable, Mapping, Optional
 
+from keyedstate.checkpoint.listener import CheckpointListener
+
 __all__ = ["CheckpointOffsetCommitter", "TopicPartitionOffsets", "CommitFunction"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.committer")
@@ -39,7 +41,7 @@ SLOW_COMMIT_WARNING = (
     "newer complete checkpoint %d is available")
 
 
-class CheckpointOffsetCommitter:
+class CheckpointOffsetCommitter(CheckpointListener):
     """Commits Kafka offsets only for completed checkpoints; see the module docstring for the exact rules.
 
     Thread-safe: completions may arrive on any thread and commit callbacks on librdkafka's background thread.
