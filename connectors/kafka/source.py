@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, MutableMapping, Optional, Sequence
 
 from keyedstate.spark.compat import PYTHON_STREAMING_READ_LIMITS, require_spark
 
@@ -40,6 +40,7 @@ from connectors.kafka.partition import KafkaInputPartition
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from connectors.kafka.client import KafkaClient
     from connectors.kafka.sink import KafkaBatchWriter, KafkaStreamWriter
 
 # Spark unpickles this module in several short-lived Python processes per query (option validation, read planning,
@@ -69,7 +70,7 @@ class KafkaSource(DataSource):
     ``streamWriter()``, when the query starts, and fail it before its first batch.
     """
 
-    def __init__(self, options) -> None:  # runs in a Spark-started Python worker
+    def __init__(self, options: MutableMapping[str, str]) -> None:  # runs in a Spark-started Python worker
         super().__init__(options)
         self._kafka_options: Optional[KafkaOptions] = None
 
@@ -110,7 +111,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: KafkaOptions) -> None:
         self.opts = opts
-        self._client = None
+        self._client: Optional[KafkaClient] = None
         self._committer: Optional[CheckpointOffsetCommitter] = None
         self._seq = 0
         self._checkpoint_of_end: dict[str, int] = {}
@@ -122,11 +123,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"opts": self.opts}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["opts"])
+        type(self).__init__(self, state["opts"])
 
     # -- driver-side helpers -----------------------------------------------------------------------------------
     @property
-    def client(self):
+    def client(self) -> KafkaClient:
         if self._client is None:
             from connectors.kafka.client import KafkaClient
 
