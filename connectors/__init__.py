@@ -7,7 +7,7 @@ offsets only after Spark has committed the micro-batch that covers them.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 __all__ = [
     "FORMAT_NAME",
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # Lazy (PEP 562): Spark's Python workers unpickle KafkaSource by reference, which imports this package first;
     # each of those short-lived processes should pay only for the modules it uses.
     if name in __all__:

@@ -39,7 +39,7 @@ _MAX_LONG_DIGITS = 18
 try:
     import numpy as _np
 
-    _NUMPY_GENERIC: tuple[type, ...] = (_np.generic,)
+    _NUMPY_GENERIC: tuple[type[Any], ...] = (_np.generic,)
 except ImportError:  # pragma: no cover - numpy is a transitive dependency
     _NUMPY_GENERIC = ()
 
@@ -118,6 +118,7 @@ def _unscaled(column_type: KeyColumnType, value: Any) -> int:
     if not isinstance(value, decimal.Decimal) or not value.is_finite():
         raise key_value_mismatch(column_type, value, "it takes a finite decimal.Decimal or an int")
     sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)  # not 'n', 'N' or 'F': the value is finite
     if not any(digits):
         return 0
     shift = exponent + scale  # unscaled = digits * 10**shift

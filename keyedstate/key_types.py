@@ -145,7 +145,8 @@ class _Parser:
 
     def parse_struct_fields(self) -> KeyColumnType:
         self.take("<")
-        names, types = [], []
+        names: list[str] = []
+        types: list[KeyColumnType] = []
         while self.peek() != ">":
             if names:
                 self.take(",")
@@ -206,7 +207,7 @@ try:  # numpy comes with pandas; keys taken from pandas frames are often numpy s
 
     _NUMPY_KINDS = {("b", 1): "boolean", ("i", 1): "tinyint", ("i", 2): "smallint", ("i", 4): "int",
                     ("i", 8): "bigint", ("f", 4): "float", ("f", 8): "double"}
-    _NUMPY_GENERIC: tuple[type, ...] = (_np.generic,)
+    _NUMPY_GENERIC: tuple[type[Any], ...] = (_np.generic,)
 except ImportError:  # pragma: no cover - numpy is a transitive dependency
     _NUMPY_KINDS = {}
     _NUMPY_GENERIC = ()

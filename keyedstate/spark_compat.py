@@ -44,8 +44,8 @@ PYTHON_STREAMING_READ_LIMITS = (4, 2)
 
 # The first pyarrow each Spark line breaks with (PySpark 3.5's Arrow serializer fails inside applyInPandasWithState
 # with pyarrow 26); the spark35 extra of pyproject.toml pins below it.
-_PYARROW_BREAKS = {(3, 5): (26, 0)}
-_EXTRA_OF_LINE = {(3, 5): "spark35"}
+_PYARROW_BREAKS: dict[tuple[int, ...], tuple[int, ...]] = {(3, 5): (26, 0)}
+_EXTRA_OF_LINE: dict[tuple[int, ...], str] = {(3, 5): "spark35"}
 
 
 def _version_text(version: tuple[int, ...]) -> str:

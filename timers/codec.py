@@ -39,7 +39,7 @@ import numpy as np
 
 from keyedstate.errors import SerializationError
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, key_group_prefix
-from timers.timer import InternalTimer
+from timers.timer import InternalTimer, TimerTuple
 from timers.varint import decode_varints, encode_varints, get_varint, put_varint
 
 __all__ = [
@@ -63,7 +63,7 @@ _value = struct.Struct(">BI")
 _TIMESTAMP_END = KEY_GROUP_PREFIX_BYTES + 8
 
 
-def encode_record(timer: InternalTimer) -> tuple[bytes, bytes]:
+def encode_record(timer: TimerTuple) -> tuple[bytes, bytes]:
     """The raw-column (key, value) of ``timer``."""
     prefix = timer[1]
     return (
@@ -72,7 +72,7 @@ def encode_record(timer: InternalTimer) -> tuple[bytes, bytes]:
     )
 
 
-def encode_record_key(timer: InternalTimer) -> bytes:
+def encode_record_key(timer: TimerTuple) -> bytes:
     """Only the raw-column key of ``timer`` (deletes need no value)."""
     prefix = timer[1]
     return prefix[:KEY_GROUP_PREFIX_BYTES] + _u64.pack(timer[0] + _SIGN_FLIP) + prefix[KEY_GROUP_PREFIX_BYTES:] + timer[2]
@@ -116,7 +116,7 @@ _key_group_of = itemgetter(3)
 
 
 def encode_key_group_blob(
-    key_group: int, event_timers: Iterable[InternalTimer], processing_timers: Iterable[InternalTimer]
+    key_group: int, event_timers: Iterable[TimerTuple], processing_timers: Iterable[TimerTuple]
 ) -> bytes:
     """All timers of one key group as one blob (see the module docstring). Timers need not be sorted."""
     domains = [sorted(event_timers), sorted(processing_timers)]

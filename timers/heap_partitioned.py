@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Iterator, Optional
+from typing import Generator, Iterator, Optional
 
 from timers.partitioned import _HEADS_SLACK, KeyGroupPartitionedTimerQueue
 from timers.queue import _COMPACT_SLACK, HeapTimerQueue, sort_timers
-from timers.timer import InternalTimer
+from timers.timer import TimerTuple
 
 __all__ = ["HeapPartitionedTimerQueue"]
 
@@ -48,11 +48,11 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
 
     def __init__(self) -> None:
         super().__init__(lambda key_group: HeapTimerQueue())
-        self.batch: Optional[list[InternalTimer]] = None  # the sorted timers being fired
-        self._walk: Optional[Iterator[InternalTimer]] = None  # the iterator over ``batch``
+        self.batch: Optional[list[TimerTuple]] = None  # the sorted timers being fired
+        self._walk: Optional[Iterator[TimerTuple]] = None  # the iterator over ``batch``
         self._limit = 0
         self._holding = False  # the walk's last timer is held back while earlier callback timers fire
-        self._cancelled: set[InternalTimer] = set()
+        self._cancelled: set[TimerTuple] = set()
 
     # ---- the batch being fired -----------------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         start = len(batch) - self._walk.__length_hint__()  # type: ignore[arg-type, union-attr]
         return start - 1 if self._holding else start
 
-    def _taken(self, timer: InternalTimer) -> bool:
+    def _taken(self, timer: TimerTuple) -> bool:
         """Whether ``timer`` is in the unfired part of the batch and not cancelled (only while firing)."""
         batch = self.batch
         if batch is None or timer[0] > self._limit:
@@ -69,7 +69,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         index = bisect_left(batch, timer, self._unfired_start())
         return index < len(batch) and batch[index] == timer and timer not in self._cancelled
 
-    def _unfired(self) -> list[InternalTimer]:
+    def _unfired(self) -> list[TimerTuple]:
         if self.batch is None:
             return []
         cancelled = self._cancelled
@@ -77,7 +77,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
 
     # ---- single timers -------------------------------------------------------------------------------------------
 
-    def add(self, timer: InternalTimer) -> None:
+    def add(self, timer: TimerTuple) -> None:
         queue = self.queues.get(timer[3])
         if queue is None:
             queue = self.queue(timer[3])
@@ -99,7 +99,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             if len(heads) > 2 * len(self.queues) + _HEADS_SLACK:
                 self._rebuild_heads()
 
-    def _add_to_batch(self, timer: InternalTimer) -> bool:
+    def _add_to_batch(self, timer: TimerTuple) -> bool:
         """Registering a timer of the unfired batch: a no-op, or undoing its cancellation. True when handled."""
         cancelled = self._cancelled
         if timer in cancelled:  # only unfired batch timers are ever cancelled
@@ -107,7 +107,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             return True
         return self._taken(timer)
 
-    def remove(self, timer: InternalTimer) -> bool:
+    def remove(self, timer: TimerTuple) -> bool:
         if self.batch is not None and timer[0] <= self._limit and self._taken(timer):
             self._cancelled.add(timer)
             return True
@@ -133,19 +133,19 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             heapify(queue.heap)
         return True
 
-    def remove_many(self, timers: list[InternalTimer], key_group: int) -> None:
+    def remove_many(self, timers: list[TimerTuple], key_group: int) -> None:
         for timer in timers:  # each may be in a firing batch (see remove)
             self.remove(timer)
 
     # ---- firing --------------------------------------------------------------------------------------------------
 
-    def pop_due(self, limit: int) -> Optional[InternalTimer]:
+    def pop_due(self, limit: int) -> Optional[TimerTuple]:
         self._release_batch()
         for timer in self._due_before(limit, None):
             return timer
         return None
 
-    def due(self, limit: int) -> Iterator[InternalTimer]:
+    def due(self, limit: int) -> Generator[TimerTuple, None, None]:
         heads = self._heads
         # A callback advancing time again (a nested call): the outer call's unfired timers go back into their key
         # groups and its walk ends, so this call fires them in order with everything else that is due; the outer
@@ -185,7 +185,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         for timer in unfired:
             self.add(timer)
 
-    def _due_before(self, limit: int, bound: Optional[InternalTimer]) -> Iterator[InternalTimer]:
+    def _due_before(self, limit: int, bound: Optional[TimerTuple]) -> Iterator[TimerTuple]:
         """One by one: due timers still in the key-group queues, while they sort before ``bound`` (if given)."""
         heads = self._heads
         queues = self.queues
@@ -211,13 +211,13 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             else:
                 heappop(heads)
 
-    def _take_due(self, limit: int) -> list[InternalTimer]:
+    def _take_due(self, limit: int) -> list[TimerTuple]:
         """Remove every timer with timestamp <= ``limit`` from the key-group queues; return them sorted."""
         heads = self._heads
         key_groups = set()
         while heads and heads[0][0] <= limit:
             key_groups.add(heappop(heads)[3])
-        taken: list[InternalTimer] = []
+        taken: list[TimerTuple] = []
         for key_group in key_groups:
             queue = self.queues[key_group]
             _take_due_of_queue(queue, limit, taken)
@@ -227,7 +227,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         return taken
 
 
-def _take_due_of_queue(queue: HeapTimerQueue, limit: int, taken: list[InternalTimer]) -> None:
+def _take_due_of_queue(queue: HeapTimerQueue, limit: int, taken: list[TimerTuple]) -> None:
     """Append the due timers of one key group to ``taken`` and remove them from the queue.
 
     Pops one by one while few are due (O(log n) each); once the number popped is a sixteenth of what is left, one

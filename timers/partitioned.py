@@ -19,9 +19,9 @@ number of key groups.
 from __future__ import annotations
 
 from heapq import heapify, heappop, heappush, heapreplace
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Generator, Iterable, Iterator, Optional
 
-from timers.timer import InternalTimer
+from timers.timer import TimerTuple
 
 __all__ = ["KeyGroupPartitionedTimerQueue"]
 
@@ -41,7 +41,7 @@ class KeyGroupPartitionedTimerQueue:
     def __init__(self, factory: Callable[[int], Any]) -> None:
         self._factory = factory
         self.queues: dict[int, Any] = {}
-        self._heads: list[InternalTimer] = []
+        self._heads: list[TimerTuple] = []
 
     def queue(self, key_group: int) -> Any:
         """The queue of ``key_group``, created when missing."""
@@ -55,7 +55,7 @@ class KeyGroupPartitionedTimerQueue:
 
     # ---- single timers -----------------------------------------------------------------------------------------
 
-    def add(self, timer: InternalTimer) -> None:
+    def add(self, timer: TimerTuple) -> None:
         """Register ``timer`` (a no-op when it is registered already)."""
         queue = self.queues.get(timer[3])
         if queue is None:
@@ -66,7 +66,7 @@ class KeyGroupPartitionedTimerQueue:
             if len(heads) > 2 * len(self.queues) + _HEADS_SLACK:
                 self._rebuild_heads()
 
-    def remove(self, timer: InternalTimer) -> bool:
+    def remove(self, timer: TimerTuple) -> bool:
         """Delete ``timer``; return whether it was registered (unknown timers are ignored)."""
         queue = self.queues.get(timer[3])
         if queue is None:
@@ -80,7 +80,7 @@ class KeyGroupPartitionedTimerQueue:
                 heappush(self._heads, head)
         return True
 
-    def remove_many(self, timers: list[InternalTimer], key_group: int) -> None:
+    def remove_many(self, timers: list[TimerTuple], key_group: int) -> None:
         """Delete ``timers``, all of ``key_group`` (unknown ones are ignored)."""
         queue = self.queues.get(key_group)
         if queue is not None and queue.remove_many(timers):
@@ -126,12 +126,12 @@ class KeyGroupPartitionedTimerQueue:
         elif deletions:
             self.remove_many(deletions, key_group)
 
-    def _unfired(self) -> list[InternalTimer]:
+    def _unfired(self) -> list[TimerTuple]:
         """Due timers taken out of their key groups to be fired and not fired yet, ascending: still registered, so
         every view below includes them. None here; see :class:`~timers.heap_partitioned.HeapPartitionedTimerQueue`."""
         return []
 
-    def peek(self) -> Optional[InternalTimer]:
+    def peek(self) -> Optional[TimerTuple]:
         """The earliest timer over all key groups, or None."""
         heads = self._heads
         queues = self.queues
@@ -148,7 +148,7 @@ class KeyGroupPartitionedTimerQueue:
             return unfired[0]
         return head
 
-    def pop_due(self, limit: int) -> Optional[InternalTimer]:
+    def pop_due(self, limit: int) -> Optional[TimerTuple]:
         """Remove and return the earliest timer if its timestamp is <= ``limit``; else None."""
         heads = self._heads
         queues = self.queues
@@ -173,7 +173,7 @@ class KeyGroupPartitionedTimerQueue:
         heads[:] = [head for head in (q.peek() for q in self.queues.values()) if head is not None]
         heapify(heads)  # in place: a running ``due`` generator keeps using the same list
 
-    def due(self, limit: int) -> Iterator[InternalTimer]:
+    def due(self, limit: int) -> Generator[TimerTuple, None, None]:
         """Pop and yield, one by one, every timer with timestamp <= ``limit`` in ascending order.
 
         Timers added between two steps (by the callback of the previous timer) are seen by the next step.
@@ -187,7 +187,7 @@ class KeyGroupPartitionedTimerQueue:
 
     # ---- key groups --------------------------------------------------------------------------------------------
 
-    def earliest(self, key_group: int) -> Optional[InternalTimer]:
+    def earliest(self, key_group: int) -> Optional[TimerTuple]:
         """The earliest timer of ``key_group``, or None."""
         queue = self.queues.get(key_group)
         head = None if queue is None else queue.peek()
@@ -196,14 +196,14 @@ class KeyGroupPartitionedTimerQueue:
             return taken[0]
         return head
 
-    def timers_of(self, key_group: int) -> Iterator[InternalTimer]:
+    def timers_of(self, key_group: int) -> Iterator[TimerTuple]:
         """Every timer of ``key_group``, ascending."""
         queue = self.queues.get(key_group)
         queued = iter(()) if queue is None else iter(queue)
         taken = [timer for timer in self._unfired() if timer[3] == key_group]
         return iter(sorted([*queued, *taken])) if taken else queued
 
-    def replace_key_group(self, key_group: int, timers: Iterable[InternalTimer]) -> None:
+    def replace_key_group(self, key_group: int, timers: Iterable[TimerTuple]) -> None:
         """Make ``timers`` exactly the timers of ``key_group``."""
         for timer in self._unfired():
             if timer[3] == key_group:
@@ -234,7 +234,7 @@ class KeyGroupPartitionedTimerQueue:
             return (0 if queue is None else len(queue)) + sum(1 for timer in unfired if timer[3] == key_group)
         return sum(len(queue) for queue in self.queues.values()) + len(unfired)
 
-    def __iter__(self) -> Iterator[InternalTimer]:
+    def __iter__(self) -> Iterator[TimerTuple]:
         """Every timer, ascending by key group, then timestamp."""
         for key_group in sorted(set(self.queues).union(timer[3] for timer in self._unfired())):
             yield from self.timers_of(key_group)

@@ -27,7 +27,7 @@ from itertools import compress, count, islice
 from operator import eq, itemgetter
 from typing import Iterable, Iterator, Optional
 
-from timers.timer import InternalTimer
+from timers.timer import TimerTuple
 
 __all__ = ["HeapTimerQueue", "sort_timers"]
 
@@ -39,9 +39,9 @@ class HeapTimerQueue:
 
     __slots__ = ("heap", "live", "dirty")
 
-    def __init__(self, timers: Iterable[InternalTimer] = ()) -> None:
-        self.live: set[InternalTimer] = set(timers)
-        self.heap: list[InternalTimer] = list(self.live)
+    def __init__(self, timers: Iterable[TimerTuple] = ()) -> None:
+        self.live: set[TimerTuple] = set(timers)
+        self.heap: list[TimerTuple] = list(self.live)
         heapify(self.heap)
         # Set on every change; the heap timer storage flushes only dirty key groups into the raw column.
         self.dirty = False
@@ -55,7 +55,7 @@ class HeapTimerQueue:
     def __contains__(self, timer: object) -> bool:
         return timer in self.live
 
-    def add(self, timer: InternalTimer) -> bool:
+    def add(self, timer: TimerTuple) -> bool:
         """Register ``timer``; return True when it became the head (the earliest timer). A duplicate is a no-op."""
         live = self.live
         if timer in live:
@@ -67,7 +67,7 @@ class HeapTimerQueue:
         head = heap[0]
         return head is timer or head == timer
 
-    def remove(self, timer: InternalTimer) -> bool:
+    def remove(self, timer: TimerTuple) -> bool:
         """Delete ``timer``; return whether it was registered (deleting an unknown timer is a silent no-op)."""
         live = self.live
         if timer not in live:
@@ -83,19 +83,19 @@ class HeapTimerQueue:
             heapify(self.heap)
         return True
 
-    def remove_many(self, timers: list[InternalTimer]) -> bool:
+    def remove_many(self, timers: list[TimerTuple]) -> bool:
         """Delete every timer of ``timers`` (unknown ones are ignored); return whether the head was one of them."""
         head = self.peek()
         for timer in timers:
             self.remove(timer)
         return head is not None and head in timers
 
-    def peek(self) -> Optional[InternalTimer]:
+    def peek(self) -> Optional[TimerTuple]:
         """The earliest timer, or None."""
         heap = self.heap
         return heap[0] if heap else None
 
-    def pop(self) -> Optional[InternalTimer]:
+    def pop(self) -> Optional[TimerTuple]:
         """Remove and return the earliest timer, or None."""
         heap = self.heap
         if not heap:
@@ -106,7 +106,7 @@ class HeapTimerQueue:
         self._drop_stale_head()
         return timer
 
-    def pop_and_peek(self) -> Optional[InternalTimer]:
+    def pop_and_peek(self) -> Optional[TimerTuple]:
         """Remove the earliest timer (the queue must not be empty) and return the new earliest one, or None."""
         heap = self.heap
         live = self.live
@@ -130,7 +130,7 @@ class HeapTimerQueue:
         self.heap.clear()
         self.dirty = True
 
-    def __iter__(self) -> Iterator[InternalTimer]:
+    def __iter__(self) -> Iterator[TimerTuple]:
         """Every registered timer in ascending order (a sorted copy: O(n log n))."""
         timers = list(self.live)
         sort_timers(timers)
@@ -140,7 +140,7 @@ class HeapTimerQueue:
 _timestamp_of = itemgetter(0)
 
 
-def sort_timers(timers: list[InternalTimer]) -> None:
+def sort_timers(timers: list[TimerTuple]) -> None:
     """Sort into timer order (timestamp, then key group, key and namespace) several times faster than ``sort()``.
 
     Sorting by the int timestamp alone avoids tuple comparisons; each run of equal timestamps is then sorted as

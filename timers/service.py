@@ -145,6 +145,7 @@ class InternalTimerService:
         prefix = backend.key_prefix  # the key context's field (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
+            raise AssertionError("unreachable")
         self._event_add((timestamp, prefix, namespace, backend.key_group))
         self.timers_registered += 1
 
@@ -161,6 +162,7 @@ class InternalTimerService:
         prefix = backend.key_prefix  # the key context's field (hot path); None without a current key
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, timestamp)  # raises NoKeyContextError or the namespace error
+            raise AssertionError("unreachable")
         self._processing_add((timestamp, prefix, namespace, backend.key_group))
         self.timers_registered += 1
 
@@ -181,6 +183,7 @@ class InternalTimerService:
         prefix = backend.key_prefix
         if prefix is None or type(namespace) is not bytes:
             self._timer(namespace, 0)  # raises NoKeyContextError or the namespace error
+            raise AssertionError("unreachable")
         if event_time:
             self.event_queue.apply_changes(event_time, prefix, namespace, backend.key_group)
         if processing_time:
@@ -228,10 +231,12 @@ class InternalTimerService:
     def _fire(self, domain: TimeDomainQueue, limit: int, event_time: bool) -> int:
         triggerable = self.triggerable
         if triggerable is None:
-            if domain.queue.peek() is None or domain.queue.peek()[0] > limit:  # type: ignore[index]
+            head = domain.queue.peek()
+            if head is None or head[0] > limit:
                 return 0
             raise ConfigurationError("timers are due but the timer service has no triggerable; call set_triggerable")
-        callback = triggerable.on_event_time if event_time else triggerable.on_processing_time
+        # takes InternalTimers, or the queues' plain tuples when the triggerable accepts_timer_tuples
+        callback: Callable[[Any], None] = triggerable.on_event_time if event_time else triggerable.on_processing_time
         wrap = not getattr(triggerable, "accepts_timer_tuples", False)
         backend = self.backend
         set_key_from_prefix = backend.set_current_key_from_prefix

@@ -34,8 +34,8 @@ _ONE_MS = _dt.timedelta(milliseconds=1)
 try:  # numpy comes with pandas; timestamps taken from pandas frames are numpy integers
     import numpy as _np
 
-    _NUMPY_INTEGER: tuple[type, ...] = (_np.integer,)
-    _NUMPY_BOOL: tuple[type, ...] = (_np.bool_,)
+    _NUMPY_INTEGER: tuple[type[Any], ...] = (_np.integer,)
+    _NUMPY_BOOL: tuple[type[Any], ...] = (_np.bool_,)
 except ImportError:  # pragma: no cover - numpy is a transitive dependency
     _NUMPY_INTEGER = _NUMPY_BOOL = ()
 

@@ -7,10 +7,14 @@ from typing import Any, Protocol, runtime_checkable
 from keyedstate.serialization import decode_key
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES
 
-__all__ = ["InternalTimer", "Triggerable", "make_timer"]
+__all__ = ["InternalTimer", "TimerTuple", "Triggerable", "make_timer"]
+
+#: A timer as the queues hold it: the plain ``(timestamp, key_prefix, namespace, key_group)`` tuple (an
+#: :class:`InternalTimer` is one too, with named accessors).
+TimerTuple = tuple[int, bytes, bytes, int]
 
 
-class InternalTimer(tuple):
+class InternalTimer(tuple[int, bytes, bytes, int]):
     """A registered timer: ``(timestamp, key_prefix, namespace, key_group)``, with named accessors.
 
     Inside the queues a timer is the plain tuple of the same four fields (equal and hashing equal to this view,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from inspect import getattr_static
 from typing import Any
 
 from keyedstate.fastpath import fastpath
@@ -19,9 +20,11 @@ __all__ = ["TimerService"]
 _FLUSH_FIELDS = dict(
     prefix_field=KEY_PREFIX_FIELD,
     key_group_field=KEY_GROUP_FIELD,
-    firing_field=HeapPartitionedTimerQueue.batch.__name__,  # type: ignore[attr-defined]
-    queues_field=HeapPartitionedTimerQueue.queues.__name__,  # type: ignore[attr-defined]
-    live_field=HeapTimerQueue.live.__name__,  # type: ignore[attr-defined]
+    # the slots' member descriptors (read statically: a type checker takes a slot read on the class for the
+    # instance attribute)
+    firing_field=getattr_static(HeapPartitionedTimerQueue, "batch").__name__,
+    queues_field=getattr_static(HeapPartitionedTimerQueue, "queues").__name__,
+    live_field=getattr_static(HeapTimerQueue, "live").__name__,
     add_field=HeapPartitionedTimerQueue.add.__name__,
     remove_field=HeapPartitionedTimerQueue.remove.__name__,
 )

@@ -22,7 +22,7 @@ See ``docs/kafka.md`` for options, commit semantics and failure behaviour.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 # Where each public name lives. Imported on first access (PEP 562) because every Python process Spark starts for the
 # source (planner workers, the stream-reader process, executor workers) imports this package when it unpickles
@@ -113,7 +113,7 @@ if TYPE_CHECKING:
     from connectors.kafka.source_options import KafkaOptions, parse_options
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

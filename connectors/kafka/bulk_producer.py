@@ -124,13 +124,14 @@ class BulkProducer:
 
     # -- callbacks (run inside poll/flush, in the calling thread) --
 
-    def _delivery_report(self, _rk, message, _opaque) -> None:
+    def _delivery_report(self, _rk: Optional[int], message: ctypes._Pointer[rdk.Message],
+                         _opaque: Optional[int]) -> None:
         report = message.contents
         if report.err:
             topic = self._lib.rd_kafka_topic_name(report.rkt).decode()
             self._on_delivery_error(KafkaError(report.err, rdk.error_string(report.err)), topic)
 
-    def _log(self, _rk, level: int, facility: bytes, text: bytes) -> None:
+    def _log(self, _rk: Optional[int], level: int, facility: bytes, text: bytes) -> None:
         self._logger.log(_LOG_LEVELS[min(max(level, 0), 7)], "%s %s", facility.decode(errors="replace"),
                          text.decode(errors="replace"))
 
@@ -242,7 +243,7 @@ def _ms(timeout_s: float) -> int:
     return int(timeout_s * 1000)
 
 
-def _destroy(lib, rk: int, topics: dict, _callbacks: tuple) -> None:
+def _destroy(lib: ctypes.CDLL, rk: int, topics: dict, _callbacks: tuple) -> None:
     for rkt in topics.values():
         lib.rd_kafka_topic_destroy(rkt)
     topics.clear()

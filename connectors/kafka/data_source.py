@@ -8,7 +8,7 @@ long-lived reader process, and once to build the executor read function (or, for
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, MutableMapping, Optional
 
 # The reader's module first: it checks the Spark version before pyspark.sql.datasource is imported.
 from connectors.kafka.source import FORMAT_NAME, SCHEMA, KafkaStreamReader  # isort: skip
@@ -34,7 +34,7 @@ class KafkaSource(DataSource):
     ``streamWriter()``, when the query starts, and fail it before its first batch.
     """
 
-    def __init__(self, options) -> None:  # runs in a Spark-started Python worker
+    def __init__(self, options: MutableMapping[str, str]) -> None:  # runs in a Spark-started Python worker
         super().__init__(options)
         self._kafka_options: Optional[KafkaOptions] = None
 

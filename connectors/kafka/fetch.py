@@ -12,11 +12,11 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from connectors.kafka import error_codes
 from connectors.kafka.errors import KafkaDataLossError
@@ -43,8 +43,11 @@ _HEADERS_TYPE = ARROW_SCHEMA.field("headers").type
 
 # Unbound C methods: ``map(_KEY, msgs)`` walks a consume() batch without running Python bytecode per record, which
 # was the largest Python cost of a read task.
-_KEY, _VALUE, _OFFSET, _TIMESTAMP, _HEADERS, _ERROR = (Message.key, Message.value, Message.offset, Message.timestamp,
-                                                        Message.headers, Message.error)
+_KEY, _VALUE, _TIMESTAMP, _HEADERS, _ERROR = (Message.key, Message.value, Message.timestamp, Message.headers,
+                                               Message.error)
+# The offset of a record or a partition-EOF event, the only messages consume() returns here: an int (confluent-kafka
+# types offset() Optional for the messages that have none, such as a produced one before its delivery).
+_OFFSET = cast(Callable[[Message], int], Message.offset)
 
 
 # Consumers are reused across tasks within one Python worker (workers are reused and run one task at a time).
@@ -138,10 +141,10 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
         msgs = consumer.consume(num_messages=wanted, timeout=0.5)
         progressed = False
         n = len(msgs)
-        if n and msgs[-1].error() is None and msgs[-1].offset() < end and \
+        if n and msgs[-1].error() is None and _OFFSET(msgs[-1]) < end and \
                 list(map(_ERROR, msgs)).count(None) == n:
             # fast path (the common case): only records, all inside the range
-            first, last = msgs[0].offset(), msgs[-1].offset()
+            first, last = _OFFSET(msgs[0]), _OFFSET(msgs[-1])
             keys += map(_KEY, msgs)
             values += map(_VALUE, msgs)
             if last - first == n - 1:  # offsets of one partition only increase, so these are exactly first..last
@@ -159,7 +162,7 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
             err = m.error()
             if err is not None:
                 if error_codes.is_partition_eof(err):
-                    eof = m.offset()
+                    eof = _OFFSET(m)
                     if eof >= end:
                         position = end
                         progressed = True
@@ -179,7 +182,7 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
                     continue
                 raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=where,
                                             action="fetching records")
-            off = m.offset()
+            off = _OFFSET(m)
             if off >= end:
                 position = end
                 progressed = True
@@ -223,7 +226,7 @@ def _consume(opts: KafkaOptions, consumer: Consumer, budget: RetryBudget, topic:
 
 
 def _out_of_range(opts: KafkaOptions, consumer: Consumer, topic: str, partition: int, position: int, end: int,
-                  where: str, err) -> int:
+                  where: str, err: KafkaError) -> int:
     """The fetch position is outside the log: fail (failOnDataLoss) or skip to the earliest offset still there."""
     if opts.fail_on_data_loss:
         raise error_codes.translate(err, brokers=opts.bootstrap_servers, topic=where,

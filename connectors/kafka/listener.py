@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 from urllib.parse import urlparse
 
 from pyspark.sql.streaming import StreamingQueryListener
@@ -25,6 +25,14 @@ from connectors.kafka.committer import CheckpointOffsetCommitter
 from connectors.kafka.errors import KafkaConfigurationError
 from connectors.kafka.offsets import TP, fmt_offsets, from_offset_json, offsets_of_sources
 from connectors.kafka.source_options import KafkaOptions, parse_options
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.listener import (
+        QueryIdleEvent,
+        QueryProgressEvent,
+        QueryStartedEvent,
+        QueryTerminatedEvent,
+    )
 
 __all__ = ["KafkaOffsetCommitListener", "attach_commit_listener", "latest_committed_batch", "batch_end_offsets"]
 
@@ -102,18 +110,18 @@ class KafkaOffsetCommitListener(StreamingQueryListener):
         self._lock = threading.Lock()
 
     # -- StreamingQueryListener (user's driver process, Spark's listener thread) -------------------------------
-    def onQueryStarted(self, event) -> None:
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
 
-    def onQueryProgress(self, event) -> None:
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
         """Runs 0.1-0.8 s after a batch's commit log is written."""
         if self._mine(str(event.progress.id)):
             self.commit_latest()
 
-    def onQueryIdle(self, event) -> None:
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
 
-    def onQueryTerminated(self, event) -> None:
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         """After the query stopped: commit the last batch Spark committed (the reader never will)."""
         if self._mine(str(event.id)):
             self.commit_latest()
@@ -159,7 +167,7 @@ class KafkaOffsetCommitListener(StreamingQueryListener):
         return self.query_id is None or query_id == self.query_id
 
 
-def attach_commit_listener(spark, query, options: Mapping[str, str], checkpoint_location: str,
+def attach_commit_listener(spark: Any, query: Any, options: Mapping[str, str], checkpoint_location: str,
                            source_index: Optional[int] = None) -> KafkaOffsetCommitListener:
     """Create a :class:`KafkaOffsetCommitListener` for ``query`` and register it with ``spark.streams``.
 

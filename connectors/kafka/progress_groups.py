@@ -51,8 +51,9 @@ class _Admin:
             raise KafkaConfigurationError(f"bootstrap_servers must be 'host:port[,host:port...]', got "
                                           f"{bootstrap_servers!r}")
         # the sink's own option names (kafka.security.protocol, ...) work as they are
-        conf = {(key[len("kafka."):] if key.startswith("kafka.") else key): str(value)
-                for key, value in (kafka_options or {}).items()}
+        conf: dict[str, str | int | float | bool] = {
+            (key[len("kafka."):] if key.startswith("kafka.") else key): str(value)
+            for key, value in (kafka_options or {}).items()}
         conf.update({"bootstrap.servers": bootstrap_servers, "client.id": "keyedstate-cleanup"})
         self.brokers = bootstrap_servers
         self.client = AdminClient(conf)

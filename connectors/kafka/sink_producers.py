@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from connectors.kafka import error_codes
 from connectors.kafka.bulk_producer import BulkProducer
@@ -43,15 +43,17 @@ class DeliveryErrors:
     """Delivery-report callback: remembers the first failure (later ones are usually the same cause)."""
 
     def __init__(self) -> None:
-        self.error = None
+        self.error: Optional[tuple[KafkaError, str]] = None
         self.failed = 0
 
-    def __call__(self, err, msg) -> None:
+    def __call__(self, err: Optional[KafkaError], msg: Message) -> None:
         """confluent-kafka's ``on_delivery(err, msg)``."""
         if err is not None:
-            self.record(err, msg.topic())
+            topic = msg.topic()
+            assert topic is not None  # a delivery report is of a record, which names its topic
+            self.record(err, topic)
 
-    def record(self, err, topic: str) -> None:
+    def record(self, err: KafkaError, topic: str) -> None:
         """A record for ``topic`` failed with ``err`` (the bulk path's callback)."""
         if not error_codes.is_purged(err):
             self.failed += 1
@@ -125,7 +127,7 @@ def _expire_locked(now: float) -> list[PooledProducer]:
     return [_pool.pop(k) for k in stale]
 
 
-def close_client(client) -> None:
+def close_client(client: Producer | BulkProducer | Consumer) -> None:
     """Close a librdkafka client; a producer first drops undelivered records (after a failure there is nobody to
     deliver them to, and ``close`` would flush them). Closing a fenced producer raises its fatal error again."""
     try:

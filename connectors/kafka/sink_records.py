@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from itertools import repeat, starmap
 from operator import length_hint
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Optional
 
 from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructType
 
@@ -18,6 +18,7 @@ from connectors.kafka.errors import KafkaConfigurationError
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    from confluent_kafka import Producer
 
     from connectors.kafka.bulk_producer import BulkProducer
 
@@ -35,7 +36,7 @@ POLL_EVERY = 10_000
 ROOM_WAIT_S = 0.002
 
 #: Runs an iterator to its end, keeping nothing (the ``consume`` recipe of :mod:`itertools`).
-_exhaust = deque(maxlen=0).extend
+_exhaust: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
 
 
 def validate_input_schema(schema: StructType, default_topic: Optional[str]) -> None:
@@ -81,7 +82,7 @@ def _column(batch: "pa.RecordBatch", name: str) -> Optional[list]:
     return None if idx is None else batch.column(idx).to_pylist()
 
 
-def produce_batches(producer, batches: Iterator["pa.RecordBatch"], default_topic: Optional[str],
+def produce_batches(producer: Producer, batches: Iterator["pa.RecordBatch"], default_topic: Optional[str],
                     check_topic: Callable[[str], None]) -> int:
     """Produce every row of ``batches``; return how many. ``check_topic(t)`` runs once per distinct topic before
     the first record for it (librdkafka would otherwise wait ``topic.metadata.propagation.max.ms`` to report an
@@ -125,11 +126,12 @@ def _index_of(schema: "pa.Schema", name: str) -> Optional[int]:
     return next((i for i, field in enumerate(schema) if field.name.lower() == name), None)
 
 
-def _produce_part(producer, batch: "pa.RecordBatch", default_topic: Optional[str], checked: set[str],
+def _produce_part(producer: Producer, batch: "pa.RecordBatch", default_topic: Optional[str], checked: set[str],
                   check_topic: Callable[[str], None]) -> int:
     produce = producer.produce
     n = batch.num_rows
     values = _binary(batch, "value")
+    assert values is not None  # validate_input_schema requires the column
     keys = _binary(batch, "key") or [None] * n
     topics = _column(batch, "topic")
     partitions = _column(batch, "partition")
@@ -168,7 +170,7 @@ def _produce_part(producer, batch: "pa.RecordBatch", default_topic: Optional[str
     return n
 
 
-def _wait_for_space(producer, args: tuple, kwargs: dict) -> None:
+def _wait_for_space(producer: Producer, args: tuple, kwargs: dict) -> None:
     """librdkafka's local queue is full: serve delivery reports until the record fits. (Arguments rather than a
     closure: a closure over the loop variables would make every access to them in the loops above slower.)"""
     while True:

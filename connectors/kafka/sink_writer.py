@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["SinkTask", "KafkaSinkCommitMessage", "current_task", "write_task"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("keyedstate.connectors.kafka.sink")
 
@@ -209,6 +211,7 @@ class _TransactionalWrite:
     def __init__(self, opts: KafkaSinkOptions, task: SinkTask, bulk: bool) -> None:
         assert opts.transactional_id_prefix is not None and opts.progress_topic is not None
         self.opts = opts
+        self.progress_topic = opts.progress_topic
         self.task = task
         self.bulk = bulk
         self.transactional_id = opts.transactional_id(task.query_id, task.partition_id)
@@ -242,7 +245,7 @@ class _TransactionalWrite:
                  self.task.partition_id, count, self.transactional_id, " (bulk path)" if self.bulk else "")
         return KafkaSinkCommitMessage(self.task.partition_id, self.task.batch_id, count)
 
-    def _retry(self, fn: Callable, action: str):
+    def _retry(self, fn: Callable[[], _T], action: str) -> _T:
         return call_with_retry(fn, self.budget, topic=self.where, action=action)
 
     def _start_marker_warm_up(self, marker: Consumer) -> threading.Thread:
@@ -250,7 +253,7 @@ class _TransactionalWrite:
         answer away. The read that counts must follow ``init_transactions``: an older attempt can commit its batch
         until it is fenced, and only a read after the fence is sure to see that. Only the connection set-up (a few
         round trips, as long as ``init_transactions`` itself) can run alongside."""
-        tp = TopicPartition(self.opts.progress_topic, 0)
+        tp = TopicPartition(self.progress_topic, 0)
 
         def warm_up() -> None:
             try:
@@ -265,7 +268,7 @@ class _TransactionalWrite:
 
     def _read_marker(self, marker: Consumer) -> int:
         """The partition's progress marker: 1 + the last batch it committed (0 = none)."""
-        tp = TopicPartition(self.opts.progress_topic, 0)
+        tp = TopicPartition(self.progress_topic, 0)
 
         def once() -> int:
             (res,) = marker.committed([tp], timeout=self.timeout_s)
@@ -273,7 +276,7 @@ class _TransactionalWrite:
                 raise KafkaException(res.error)
             return max(0, int(res.offset))
 
-        return call_with_retry(once, self.budget, topic=f"topic {self.opts.progress_topic!r}",
+        return call_with_retry(once, self.budget, topic=f"topic {self.progress_topic!r}",
                                action=f"writing (reading progress marker of group {self.transactional_id!r})")
 
     def _write_transaction(self, producer: "Producer | BulkProducer", marker: Consumer,
@@ -284,7 +287,7 @@ class _TransactionalWrite:
             count = _produce(producer, rows, self.opts, _topic_checker(producer, self.opts, self.budget))
             # the marker's group: the bulk path passes its id (an unsubscribed consumer's metadata is the id alone)
             group = self.transactional_id if isinstance(producer, BulkProducer) else marker.consumer_group_metadata()
-            progress = [TopicPartition(self.opts.progress_topic, 0, self.task.batch_id + 1)]
+            progress = [TopicPartition(self.progress_topic, 0, self.task.batch_id + 1)]
             self._retry_in_transaction(
                 lambda: producer.send_offsets_to_transaction(progress, group, self.timeout_s),
                 "writing (adding the progress marker)")

@@ -38,6 +38,8 @@ from connectors.kafka.source_options import KafkaOptions
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from connectors.kafka.client import KafkaClient
+
 # Spark unpickles this module in several short-lived Python processes per query (option validation, read planning,
 # the stream-reader process, executor workers), and each start-up is part of every query's latency. So the
 # confluent-kafka clients (driver side) and pyarrow/the fetch loop (executor side) are imported where they are used.
@@ -59,7 +61,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: KafkaOptions) -> None:
         self.opts = opts
-        self._client = None
+        self._client: Optional[KafkaClient] = None
         self._committer: Optional[CheckpointOffsetCommitter] = None
         self._seq = 0
         self._checkpoint_of_end: dict[str, int] = {}
@@ -71,11 +73,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"opts": self.opts}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["opts"])
+        type(self).__init__(self, state["opts"])
 
     # -- driver-side helpers -----------------------------------------------------------------------------------
     @property
-    def client(self):
+    def client(self) -> KafkaClient:
         if self._client is None:
             from connectors.kafka.client import KafkaClient
 

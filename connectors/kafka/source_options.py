@@ -11,7 +11,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
 from connectors.kafka.errors import KafkaConfigurationError, MissingGroupIdError
 from connectors.kafka.option_values import bool_option, int_option, split_options
@@ -80,10 +80,10 @@ class KafkaOptions:
         assert self.assign is not None
         return "topic " + ", ".join(repr(t) for t in self.assign)
 
-    def librdkafka_config(self, role: str) -> dict[str, str]:
+    def librdkafka_config(self, role: str) -> dict[str, Any]:
         """librdkafka configuration for a client in ``role``: "admin", "consumer" (executor reads) or "committer"
         (driver-side group offsets; never subscribes)."""
-        conf: dict[str, str] = {"bootstrap.servers": self.bootstrap_servers}
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers}  # str values, and callbacks
         conf.setdefault("client.id", f"keyedstate-kafka-{role}")
         if role == "consumer":
             conf.update({
@@ -103,7 +103,7 @@ class KafkaOptions:
             })
         conf.update(self.kafka)
         # librdkafka's own log lines go to Python logging instead of stderr.
-        conf["logger"] = logging.getLogger(f"keyedstate.connectors.kafka.librdkafka.{role}")  # type: ignore[assignment]
+        conf["logger"] = logging.getLogger(f"keyedstate.connectors.kafka.librdkafka.{role}")
         conf.setdefault("log.connection.close", "false")
         if role == "committer":
             conf.update({"enable.auto.commit": "false", "enable.auto.offset.store": "false"})

@@ -61,7 +61,7 @@ class StorageOptions:
     s3: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, options: Optional[Mapping[str, Any]]) -> "StorageOptions":
+    def parse(cls, options: Optional[Mapping[str, Any] | StorageOptions]) -> StorageOptions:
         if options is None:
             return cls()
         if isinstance(options, StorageOptions):

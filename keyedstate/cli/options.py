@@ -7,7 +7,7 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 from keyedstate.cli import EXIT_USAGE
 from keyedstate.redaction import is_secret
@@ -20,7 +20,7 @@ _NUMERIC_STORAGE_OPTIONS = frozenset({"retry_seconds", "connect_timeout", "reque
 _PROPERTY = re.compile(r"^([^\s=]+)\s*[=\s]\s*(.*)$")
 
 
-def _usage_error(command: str, message: str) -> None:
+def _usage_error(command: str, message: str) -> NoReturn:
     print(f"keyedstate {command}: {message}", file=sys.stderr)
     raise SystemExit(EXIT_USAGE)
 
@@ -58,7 +58,7 @@ def options_file(path: Optional[str], flag: str, command: str) -> dict[str, Any]
     if text.lstrip().startswith("{"):
         try:
             loaded = json.loads(text)
-        except ValueError as error:
+        except json.JSONDecodeError as error:
             _usage_error(command, f"{flag}: {path} is not valid JSON ({error.msg} at line {error.lineno})")
         if not isinstance(loaded, dict):
             _usage_error(command, f"{flag}: {path} must hold a JSON object")

@@ -228,6 +228,7 @@ class KeyedProcessOperator:
         self._fire(timer, TimeDomain.PROCESSING_TIME, None)
 
     def _fire(self, timer: tuple, domain: TimeDomain, output_timestamp: Optional[int]) -> None:
+        assert not isinstance(self.function, KeyedStateBootstrapFunction)  # nothing fires while bootstrapping
         context = self._context
         timestamp = context._timestamp = timer[0]
         context._domain = domain

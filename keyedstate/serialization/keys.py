@@ -52,9 +52,12 @@ _EPOCH_DATE = _dt.date(1970, 1, 1)
 try:  # numpy comes with pandas; keys from pandas frames are often numpy scalars
     import numpy as _np
 
-    _NUMPY_GENERIC: tuple[type, ...] = (_np.generic,)
+    _NUMPY_GENERIC: tuple[type[Any], ...] = (_np.generic,)
 except ImportError:  # pragma: no cover - numpy is a transitive dependency
     _NUMPY_GENERIC = ()
+
+# A subclass of one of these (IntEnum, NamedTuple, str enums) encodes as its base value; bool before int.
+_BASE_TYPES: tuple[type[Any], ...] = (bool, int, str, float, bytes, tuple)
 
 
 def _escape(raw: bytes) -> bytes:
@@ -115,9 +118,9 @@ def _encode_element(value: Any, out: list[bytes], in_tuple: bool) -> None:
         out.append(bytes((_DATE,)) + _encode_int((value - _EPOCH_DATE).days))
     elif _NUMPY_GENERIC and isinstance(value, _NUMPY_GENERIC):
         _encode_element(value.item(), out, in_tuple)
-    elif isinstance(value, (str, int, float, bytes, tuple)):
+    elif isinstance(value, _BASE_TYPES):
         # Subclasses (IntEnum, NamedTuple, str enums) encode as their base value.
-        for base in (bool, int, str, float, bytes, tuple):
+        for base in _BASE_TYPES:
             if isinstance(value, base):
                 _encode_element(base(value) if base is not tuple else tuple(value), out, in_tuple)
                 return

@@ -97,7 +97,7 @@ def bootstrap_keyed_state(
         raise ConfigurationError(f"path must be a path or URI string, got {path!r}")
     options = KeyedProcessOptions.of({**locals(), "time_mode": PROCESSING_TIME, "key_group_layout": IDENTITY,
                                       "progress_metrics": False, "state_storage": os.fspath(path), "uid": _UID})
-    storage = new_bootstrap_storage(os.fspath(path), options.state_storage_options)
+    storage = new_bootstrap_storage(os.fspath(path), options.storage_options)
     types = {field.name: field.dataType.simpleString() for field in df.schema.fields}
     job = _BootstrapJob.create(bootstrap_function, options, tuple((c, types[c]) for c in key_columns),
                                tuple(df.columns))
@@ -136,7 +136,7 @@ class _BootstrapJob:
                 if entry is not None}
         options = self.spec.options
         bootstrap = KeyedStateBootstrap(self.path, self.bootstrap_id, options.state_backend, self.spec.num_key_groups,
-                                        self.key_columns, len(rows), options.state_storage_options)
+                                        self.key_columns, len(rows), options.storage_options)
         write_bootstrap_manifest(storage, bootstrap, self.function.class_name, rows, self.now_ms)
         return bootstrap
 
@@ -214,7 +214,7 @@ class _BootstrapRuntime:
         return pd.DataFrame({"key_group": [key_group], "entry": [entry]})
 
     def store_storage(self) -> CheckpointStorage:
-        return storage_at(self.job.path, self.job.spec.options.state_storage_options)
+        return storage_at(self.job.path, self.job.spec.options.storage_options)
 
     def _remove_local(self, key_group: int) -> None:
         """The local database was only a staging area: what it holds is stored below ``path`` now."""

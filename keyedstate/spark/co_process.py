@@ -217,6 +217,7 @@ def keyed_co_process(
     event_times = _event_time_columns(event_time_columns, options.time_mode)
     if options.time_mode == EVENT_TIME:
         for ordinal, df, column in zip(_ORDINALS, inputs, event_times):
+            assert column is not None  # in event time _event_time_columns returns both or raises
             check_watermark(df, column, f"the {ordinal} input (before keyed_co_process)")
         policy = str(first.sparkSession.conf.get(_WATERMARK_POLICY_CONF, "min")).lower()
         if policy != "min":
@@ -239,11 +240,12 @@ def keyed_co_process(
         prepared = add_key_group_column(union, key_names, options.num_key_groups,
                                         key_group_layout=options.key_group_layout)
         grouping_column = KEY_GROUP_COLUMN
+    frame_columns = [tuple(_input_frame_column(i, f.name) for f in fields) for i, fields in enumerate(value_fields)]
+    field_names = [tuple(f.name for f in fields) for fields in value_fields]
     columns = TwoInputColumns(
         input_column=INPUT_COLUMN,
-        frame_columns=tuple(tuple(_input_frame_column(i, f.name) for f in fields)  # type: ignore[misc]
-                            for i, fields in enumerate(value_fields)),
-        field_names=tuple(tuple(f.name for f in fields) for fields in value_fields),  # type: ignore[misc]
+        frame_columns=(frame_columns[0], frame_columns[1]),
+        field_names=(field_names[0], field_names[1]),
     )
     # Spark groups by the key columns themselves without key groups: their type is in the checkpoint's state schema
     sent = [c for names in columns.frame_columns for c in names]

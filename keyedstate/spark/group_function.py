@@ -180,6 +180,7 @@ class GroupRuntime:
         options = spec.options
         if query_id is None or query_id in self._checked_queries or options.state_storage is None:
             return
+        assert options.uid is not None  # resolve_state_backend filled it in
         storage = CheckpointStorage(operator_storage_location(options.state_storage, query_id, options.uid),
                                     options=options.state_storage_options)
         backend = self.backend
@@ -429,7 +430,7 @@ def create_store(spec: GroupFunctionSpec, clock: Any, **rocksdb_arguments: Any) 
     assert options.state_storage is not None and options.uid is not None
     return RocksDBKeyGroupStore(
         spec.num_key_groups, clock, state_storage=options.state_storage,
-        storage_options=options.state_storage_options,  # type: ignore[arg-type]  # parsed by KeyedProcessOptions
+        storage_options=options.storage_options,
         local_dir=options.state_local_dir, uid=options.uid, options=options.rocksdb_options,
         policy=options.snapshot_policy, retain_batches=spec.retain_batches, initial_state=spec.initial_state,
         **rocksdb_arguments,

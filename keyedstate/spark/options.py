@@ -117,6 +117,13 @@ class KeyedProcessOptions:
         return cls(**{field.name: arguments[field.name] for field in fields(cls) if field.name in arguments})
 
     @property
+    def storage_options(self) -> StorageOptions:
+        """``state_storage_options`` as ``__post_init__`` keeps it: a ``StorageOptions``, never None or a dict."""
+        options = self.state_storage_options
+        assert isinstance(options, StorageOptions)
+        return options
+
+    @property
     def metric_rows(self) -> bool:
         """Whether each call emits its metric rows: kept in the output, summed into the progress, or both."""
         return self.emit_metrics or self.progress_metrics

@@ -153,7 +153,7 @@ class OutputLayout:
         columns: dict[str, list[Any]] = {n: [row[i] for row in rows] for i, n in enumerate(names)}
         total = len(rows)
         tag_column: list[Optional[str]] = [None] * total
-        side_columns = {tag_id: [None] * total for tag_id in self.side_schemas}
+        side_columns: dict[str, list[Any]] = {tag_id: [None] * total for tag_id in self.side_schemas}
         for tag_id, pairs in side_outputs.items():
             schema = self.side_schemas[tag_id]
             side_names = [f.name for f in schema.fields]

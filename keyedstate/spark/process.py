@@ -204,7 +204,7 @@ def group_call(
     if options.initial_state is not None:
         initial = resolve_initial_state(
             options.initial_state, state_backend=options.state_backend, num_key_groups=options.num_key_groups,
-            key_types=list(key_types), storage_options=options.state_storage_options,
+            key_types=list(key_types), storage_options=options.storage_options,
             call="keyed_process" if inputs is None else "keyed_co_process")
     spec = GroupFunctionSpec(
         runtime_id=uuid.uuid4().hex,

@@ -153,10 +153,12 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                                     cache=LocalChangelogs(local.changelogs_path(query_id, self.uid, key_group)))
         copies = local.copies(query_id, self.uid, key_group)
         kept_path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
-        if kept is not None and not local.owns(kept_path, kept.lock):  # deleted under it: not ours any more
-            abandon(local, kept_path, kept.database)
-            local.release(kept.lock)
-            kept = None
+        if kept is not None:
+            assert kept_path is not None  # take_first returns both or neither
+            if not local.owns(kept_path, kept.lock):  # deleted under it: not ours any more
+                abandon(local, kept_path, kept.database)
+                local.release(kept.lock)
+                kept = None
         self._saved_tag = None
         if kept is not None:
             assert kept_path is not None

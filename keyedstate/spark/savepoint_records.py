@@ -171,6 +171,7 @@ class SourceDecoder:
             if row[0] is None or row[0] != row[0]:  # a removed state row (null; NaN in pandas)
                 return None
             return StateRow.from_row(row)
+        assert self.location is not None  # a "files" source is always read from its location
         key_group, entry = int(row[0]), FileEntry.from_json(json.loads(row[1]))
         where = Where(f"key group {key_group}'s row of the savepoint at {self.location}")
         data = storage_at(self.location, self.options).read_verified(entry, where)

@@ -75,8 +75,8 @@ def _key_fields(key_schema: Any, recorded: Optional[list[str]], where: str) -> t
     return names, tuple(recorded)
 
 
-def directory_source(spark: Any, source: Union[str, KeyedStateBootstrap], options: Optional[StorageOptions],
-                     key_schema: Any) -> SavepointSource:
+def directory_source(spark: Any, source: Union[str, os.PathLike[str], KeyedStateBootstrap],
+                     options: Optional[StorageOptions], key_schema: Any) -> SavepointSource:
     """A savepoint or bootstrap directory as the source."""
     path = source.path if isinstance(source, KeyedStateBootstrap) else os.fspath(source)
     if isinstance(source, KeyedStateBootstrap) and source.storage_options is not None:
@@ -136,7 +136,7 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
     rows = frame.select(f"{value}.*")
     parts: list[tuple[str, Any, Optional[str], Optional[StorageOptions]]] = [("rows", rows, None, options)]
     started_from = recorded.get("initial_state") if recorded else None
-    if started_from is not None:
+    if recorded is not None and started_from is not None:
         parts += _initial_state_part(spark, frame, recorded, started_from, initial_state, options, where)
     section = {
         "batch_id": batch, "query_id": query_id, "uid": uid, "operator_id": operator_id,

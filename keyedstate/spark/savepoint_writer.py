@@ -24,10 +24,11 @@ import uuid
 from typing import Any, Iterator, Optional
 
 from keyedstate.checkpoint.filesystems import StorageOptions
-from keyedstate.errors import ConfigurationError, KeyedStateError
+from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import key_group_prefix
 from keyedstate.spark.savepoint_records import EVENT_TIMERS, PROCESSING_TIMERS, decode_chunk, savepoint_work_dir
 from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.evolution import reads_as_is
 from keyedstate.state.key_groups.initial_state import encode_row, storage_at
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_FULL, StateRow, encode_state_payload
 from keyedstate.state.key_groups.store import HEAP
@@ -48,12 +49,10 @@ def _widest(name: str, seen: dict[str, StateMetadata], metadata: StateMetadata) 
         seen[name] = metadata
         return
     for wider, narrower in ((known, metadata), (metadata, known)):
-        try:
-            narrower.check_readable_as(wider)
-        except KeyedStateError:
-            continue
-        seen[name] = wider
-        return
+        if (narrower.kind == wider.kind and narrower.has_ttl == wider.has_ttl
+                and reads_as_is(narrower.signature, wider.signature)):
+            seen[name] = wider
+            return
     raise ConfigurationError(
         f"state {name!r} was stored as {known.kind} state of type {known.signature} (TTL "
         f"{'on' if known.has_ttl else 'off'}) in some key groups and as {metadata.kind} state of type "

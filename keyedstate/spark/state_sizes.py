@@ -106,7 +106,7 @@ def _key_group_storage(batches: Iterator[Any]) -> Iterator[Any]:
     import pandas as pd
 
     for batch in batches:
-        records = []
+        records: list[tuple[Any, ...]] = []
         for row in batch.itertuples(index=False):
             if _is_null_row(row):
                 continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.state.functions import AggregateFunction, ReduceFunction, as_reduce_callable
@@ -79,17 +79,19 @@ class StateDescriptor:
          "values", "items", "is_empty")
     )
 
-    def __getattr__(self, attribute: str) -> Any:
-        # Only reached for missing attributes: the classic mistake of using a descriptor as if it were state.
-        if attribute in StateDescriptor._STATE_METHODS:
-            from keyedstate.errors import StateAccessOutsideOpenError
+    if not TYPE_CHECKING:  # to a type checker a missing attribute stays an error, not Any
 
-            raise StateAccessOutsideOpenError(
-                f"{type(self).__name__} {self.__dict__.get('name')!r} is a description of state, not the state: "
-                f"create the state in open() with runtime_context.get_state(descriptor) (or get_list_state, "
-                f"get_map_state, ...) and call {attribute}() on what it returns"
-            )
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {attribute!r}")
+        def __getattr__(self, attribute: str) -> Any:
+            # Only reached for missing attributes: the classic mistake of using a descriptor as if it were state.
+            if attribute in StateDescriptor._STATE_METHODS:
+                from keyedstate.errors import StateAccessOutsideOpenError
+
+                raise StateAccessOutsideOpenError(
+                    f"{type(self).__name__} {self.__dict__.get('name')!r} is a description of state, not the state: "
+                    f"create the state in open() with runtime_context.get_state(descriptor) (or get_list_state, "
+                    f"get_map_state, ...) and call {attribute}() on what it returns"
+                )
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attribute!r}")
 
     def type_signature(self) -> str:
         """What must stay the same between restarts for stored state to stay readable."""

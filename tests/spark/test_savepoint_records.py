@@ -10,10 +10,16 @@ import pytest
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import key_group_of_key, key_group_prefix
 from keyedstate.serialization import encode_key
-from keyedstate.spark.savepoint_records import EVENT_TIMERS, SourceDecoder, decode_chunk
+from keyedstate.spark.savepoint_records import EVENT_TIMERS, SourceDecoder, decode_chunk, encode_chunk
+from keyedstate.spark.savepoint_writer import _HeapGroup
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.layout import VOID_NAMESPACE
-from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_FULL, StateRow, encode_state_payload
+from keyedstate.state.key_groups.row_format import (
+    STATE_ROW_FORMAT_FULL,
+    StateRow,
+    decode_state_payload,
+    encode_state_payload,
+)
 from timers.codec import encode_key_group_blob
 from timers.timer import InternalTimer
 
@@ -81,3 +87,27 @@ def test_entries_of_a_dropped_state_or_an_earlier_incarnation_are_not_copied():
         by_group = decoded(stale, rows(4))
         assert sum(len(records) for records, _ in by_group.values()) == 0
         assert sum(len(timers) for _, timers in by_group.values()) == len(KEYS)  # timers are the key's, kept
+
+
+def heap_group_payload(*metadata: StateMetadata) -> list[dict]:
+    """The state metadata the savepoint writer records for one heap key group that got one chunk per ``metadata``."""
+    group = _HeapGroup(0, 4)
+    for index, each in enumerate(metadata):
+        group.add(encode_chunk({each.name: (each.to_json(), [bytes([index]), b"v"])}, {}))
+    row, records, _ = group.row("")
+    assert records == len(metadata)
+    return [state for state, _ in decode_state_payload(row.state)]
+
+
+def test_a_state_widened_in_some_key_groups_only_is_written_with_the_wider_type():
+    ints, longs = StateMetadata("n", "value", "value<INT>", False), StateMetadata("n", "value", "value<LONG>", False)
+    for order in ((ints, longs), (longs, ints)):
+        assert heap_group_payload(*order) == [longs.to_json()]
+
+
+@pytest.mark.parametrize("other", [StateMetadata("n", "value", "value<STRING>", False),
+                                   StateMetadata("n", "value", "value<INT>", True),
+                                   StateMetadata("n", "list", "list<INT>", False)], ids=["type", "ttl", "kind"])
+def test_a_state_stored_differently_in_some_key_groups_cannot_be_merged(other):
+    with pytest.raises(ConfigurationError, match="a savepoint cannot merge them"):
+        heap_group_payload(StateMetadata("n", "value", "value<INT>", False), other)

@@ -8,11 +8,11 @@ import struct
 import pytest
 from pyspark.sql import Row
 
-from keyedstate import ListStateDescriptor, StateTtlConfig, Time, Types, ValueStateDescriptor
+from keyedstate import ListStateDescriptor, MapStateDescriptor, StateTtlConfig, Time, Types, ValueStateDescriptor
 from keyedstate.errors import StateTypeMismatchError
 from keyedstate.serialization import DEFAULT_CODEC
 from keyedstate.state.base.backend import StateMetadata
-from keyedstate.state.base.evolution import entry_migration
+from keyedstate.state.base.evolution import entry_migration, reads_as_is
 
 
 def migrated(old_descriptor, new_descriptor, value, now: int = 0):
@@ -39,6 +39,22 @@ def test_equal_declarations_and_pure_widenings_read_entries_as_they_are():
     long_value = ValueStateDescriptor("n", Types.LONG())
     assert entry_migration(StateMetadata.of(ValueStateDescriptor("n", Types.INT())), long_value, lambda: 0) is None
     assert entry_migration(StateMetadata.of(long_value), long_value, lambda: 0) is None
+
+
+def test_reads_as_is_accepts_equal_and_wider_types_only():
+    def signature(descriptor):
+        return descriptor.type_signature()
+
+    ints = signature(ValueStateDescriptor("n", Types.INT()))
+    longs = signature(ValueStateDescriptor("n", Types.LONG()))
+    assert reads_as_is(ints, longs) and reads_as_is(longs, longs)
+    assert not reads_as_is(longs, ints)
+    assert reads_as_is(signature(MapStateDescriptor("m", Types.INT(), Types.FLOAT())),
+                       signature(MapStateDescriptor("m", Types.LONG(), Types.DOUBLE())))
+    assert not reads_as_is(signature(ValueStateDescriptor("r", Types.ROW_NAMED(["a"], [Types.INT()]))),
+                           signature(ValueStateDescriptor("r", Types.ROW_NAMED(["a", "b"], [Types.INT()] * 2))))
+    assert not reads_as_is(ints, signature(ListStateDescriptor("n", Types.INT())))  # another kind
+    assert not reads_as_is("value<INT", ints)  # unreadable
 
 
 def test_ttl_turned_on_prefixes_the_migration_time_and_off_strips_it():

@@ -27,10 +27,10 @@ from typing import Any, Callable, Optional
 
 from keyedstate.errors import StateDescriptorConflictError, StateTypeMismatchError
 from keyedstate.serialization import DEFAULT_CODEC, PickleValueCodec
-from keyedstate.state.descriptors import StateDescriptor
+from keyedstate.state.descriptors import MapStateDescriptor, StateDescriptor
 from keyedstate.typeinfo import TypeInformation
 
-__all__ = ["WIDENINGS", "EntryMigration", "entry_migration", "check_evolution", "EVOLUTION_FIXES"]
+__all__ = ["WIDENINGS", "EntryMigration", "entry_migration", "check_evolution", "reads_as_is", "EVOLUTION_FIXES"]
 
 # Stored values do not depend on the declared type, so a type that only admits more values reads the old ones.
 WIDENINGS = frozenset({
@@ -217,7 +217,8 @@ def _state_value_converter(old: _Node, new: _Node, descriptor: StateDescriptor) 
     if old.head != new.head or len(old.args) != len(new.args):
         raise _Incompatible(f"{old} is not {new}")
     if old.head == "map":
-        if _converter(old.args[0], new.args[0], descriptor.key_type_info) is not None:  # type: ignore[attr-defined]
+        assert isinstance(descriptor, MapStateDescriptor)  # new is a map state's signature
+        if _converter(old.args[0], new.args[0], descriptor.key_type_info) is not None:
             raise _Incompatible(f"map keys of {old.args[0]} cannot become {new.args[0]} (map keys are stored as keys)")
         return _converter(old.args[1], new.args[1], descriptor.type_info)
     return _converter(old.args[0], new.args[0], descriptor.type_info)
@@ -292,3 +293,19 @@ def _entry_function(name: str, old_ttl: bool, new_ttl: bool, decode: Optional[Ca
 def check_evolution(old: Any, descriptor: StateDescriptor) -> None:
     """Raise when entries stored under ``old`` cannot be read through ``descriptor`` (with or without migration)."""
     entry_migration(old, descriptor, lambda: 0)
+
+
+def reads_as_is(old_signature: str, new_signature: str) -> bool:
+    """Whether values stored under the state type signature ``old_signature`` (``StateDescriptor.type_signature``)
+    are values of ``new_signature`` as they are (equal types, or wider numbers: :data:`WIDENINGS`), so entries
+    stored under either can be kept together under ``new_signature`` without a migration."""
+    try:
+        old, new = _parse(old_signature), _parse(new_signature)
+    except _Incompatible:
+        return False
+    if old.head != new.head or len(old.args) != len(new.args):
+        return False
+    try:
+        return all(_converter(o, n, None) is None for o, n in zip(old.args, new.args))
+    except _Incompatible:
+        return False

@@ -87,8 +87,8 @@ class CompiledHeapValueState(HeapValueState):
             slow_value=MethodType(HeapValueState.value, self),
             slow_update=MethodType(HeapValueState.update, self),
         )
-        self.value = self._access.value
-        self.update = self._access.update
+        self.value = self._access.value  # type: ignore[method-assign]  # shadows the method: see __slots__
+        self.update = self._access.update  # type: ignore[method-assign]
 
     def set_current_namespace(self, namespace: Any) -> None:
         HeapValueState.set_current_namespace(self, namespace)

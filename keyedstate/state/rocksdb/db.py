@@ -66,7 +66,9 @@ class RocksDatabase:
         self.settings = options
         self.options = _built(options)
         self.write_options = rocksdict.WriteOptions()
-        self.write_options.disable_wal = True  # snapshots give durability (Flink's RocksDB backend does the same)
+        # snapshots give durability (Flink's RocksDB backend does the same). rocksdict's stub declares disable_wal a
+        # method; the binding has a settable attribute.
+        self.write_options.disable_wal = True  # type: ignore[method-assign, assignment]
         self.db: Any = None
         self.column_families: dict[str, Any] = {}
         self.handles: dict[str, Any] = {}
@@ -269,7 +271,7 @@ def _holder_hint(path: str) -> str:
         return " (holder unknown: no owner file)"
 
 
-def open_read_only(path: str) -> Optional[Any]:
+def open_read_only(path: str) -> Any:
     """Open a checkpoint directory read-only with all its column families (for restores)."""
     options = rocksdict.Options(raw_mode=True)
     try:

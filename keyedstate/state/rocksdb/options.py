@@ -97,7 +97,8 @@ class RocksDBOptions:
         table.set_cache_index_and_filter_blocks(True)
         table.set_pin_l0_filter_and_index_blocks_in_cache(True)
         if self.bloom_bits_per_key:
-            table.set_bloom_filter(self.bloom_bits_per_key, False)
+            # rocksdict's stub says int; the binding takes a double, like RocksDB's NewBloomFilterPolicy
+            table.set_bloom_filter(self.bloom_bits_per_key, False)  # type: ignore[arg-type]
         options.set_block_based_table_factory(table)
         options.set_write_buffer_size(self.write_buffer_bytes)
         options.set_arena_block_size(ARENA_BLOCK_BYTES)
