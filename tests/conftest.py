@@ -42,11 +42,11 @@ def implementation(request, monkeypatch):
     """Run the test with the compiled fast path (keyedstate.fastpath) and again with the pure-Python code it
     stands in for; the choice is read when state primitives and timer services are created."""
     from keyedstate.fastpath import fastpath
-    from keyedstate.state.heap import primitives
+    from keyedstate.state.primitives import value_state
     from timers import user_service
 
     if request.param == "python":
-        for module in (primitives, user_service):
+        for module in (value_state, user_service):
             monkeypatch.setattr(module, "fastpath", None)
     elif fastpath is None:
         pytest.fail(

@@ -44,12 +44,12 @@ def test_the_install_built_the_fast_path():
 
 @pytest.mark.parametrize("value", [None, "0", "false"])
 def test_the_fast_path_is_used_unless_turned_off(value):
-    assert _probe(value) == "True CompiledHeapValueState True True True"
+    assert _probe(value) == "True CompiledValueState True True True"
 
 
 @pytest.mark.parametrize("value", ["1", "yes", "true"])
 def test_keyedstate_pure_python_runs_the_python_implementation(value):
-    assert _probe(value) == "False HeapValueState False False False"
+    assert _probe(value) == "False ValueState False False False"
 
 
 @pytest.mark.compiled_only
@@ -96,7 +96,7 @@ def test_a_compiled_type_refuses_an_object_without_the_declared_attribute():
         current_prefix = None
 
     with pytest.raises(AttributeError, match="has no attribute 'key_prefix'"):
-        fastpath.HeapValueAccess(data={}, backend=Renamed(), prefix_field="key_prefix", namespace=b"",
+        fastpath.HeapValueAccess(entries={}, backend=Renamed(), prefix_field="key_prefix", namespace=b"",
                                  exact_types=None, slow_value=print, slow_update=print)
 
 

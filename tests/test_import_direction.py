@@ -186,38 +186,81 @@ def _private_imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
                 yield node.lineno, name
 
 
-def _private_calls(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, call) of every ``obj._name(...)`` on an object other than ``self``, ``cls`` or ``super()`` whose
-    method is not defined in the same file: another module's private method. ``_1``, ``_2`` are Scala's tuple
-    accessors (py4j), not ours."""
+# Private attributes of objects that are not ours: PySpark reaches its JVM only through these py4j handles, which
+# have no public equivalent.
+THIRD_PARTY_PRIVATE = {"_jvm", "_jsparkSession", "_jsq"}
+
+# Cross-module private accesses in files their owners are changing now, kept until those changes land (issue 34
+# item 3): (file, expression) -> why it is still there.
+ALLOWED_PRIVATE_ACCESSES = {
+    ("keyedstate/state/rocksdb/key_group_slices.py", "backend._database"):
+        "the harness-only key-group slices module is being removed; RocksDBKeyedStateBackend.database is public",
+    ("keyedstate/state/rocksdb/backend.py", "store._cf"):
+        "the TTL clean-up reads the column family under its old name; ColumnFamilyStore.entries is public",
+    ("keyedstate/state/rocksdb/backend.py", "store._handle"):
+        "the TTL clean-up's write batch needs the column family handle, which the stores keep private",
+}
+
+
+def _private_accesses(path: Path) -> Iterator[tuple[int, str]]:
+    """(line, expression) of every ``obj._name`` read, written or called on an object other than ``self``, ``cls``
+    or ``super()`` where ``_name`` is not defined in the same file (as a function, class, class attribute, slot or
+    assigned attribute): another module's private attribute. Attributes of names imported from third-party modules
+    (``KafkaError._TRANSPORT``: librdkafka's own error codes) are theirs; ``_1``, ``_2`` are Scala's tuple accessors
+    (py4j)."""
     tree = ast.parse(path.read_text(), str(path))
-    defined = {node.name for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    defined |= {target.attr for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.AnnAssign))
-                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
-                if isinstance(target, ast.Attribute)}
+    defined = {node.name for node in ast.walk(tree)
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    foreign: set[str] = set()  # names bound by imports from third-party modules
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                defined |= {part.attr for part in ast.walk(target) if isinstance(part, ast.Attribute)
+                            and isinstance(part.value, ast.Name) and part.value.id in ("self", "cls")}
+        elif isinstance(node, ast.ClassDef):
+            for statement in node.body:
+                if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                    targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                    names = {target.id for target in targets if isinstance(target, ast.Name)}
+                    defined |= names
+                    if "__slots__" in names and statement.value is not None:
+                        defined |= {part.value for part in ast.walk(statement.value)
+                                    if isinstance(part, ast.Constant) and isinstance(part.value, str)}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module.split(".")[0] not in FIRST_PARTY:
+            foreign |= {alias.asname or alias.name for alias in node.names}
+        elif isinstance(node, ast.Import):
+            foreign |= {(alias.asname or alias.name).split(".")[0] for alias in node.names
+                        if alias.name.split(".")[0] not in FIRST_PARTY}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute):
             continue
-        name, owner = node.func.attr, node.func.value
-        if not _is_private(name) or name in defined or name[1:].isdigit():
+        name, owner = node.attr, node.value
+        if not _is_private(name) or name in defined or name[1:].isdigit() or name in THIRD_PARTY_PRIVATE:
             continue
-        if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+        if isinstance(owner, ast.Name) and (owner.id in ("self", "cls") or owner.id in foreign):
             continue
         if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
             continue
-        yield node.lineno, ast.unparse(node.func)
+        yield node.lineno, ast.unparse(node)
 
 
 def test_no_module_imports_another_modules_private_names():
     found = [f"{path.relative_to(REPO)}:{line}: {module} imports {name}" for module, path in _modules()
-             if module.split(".")[0] == "keyedstate" for line, name in _private_imports(module, path)]
+             for line, name in _private_imports(module, path)]
     assert found == [], "private names are the module's own; make what others need public:\n" + "\n".join(found)
 
 
-def test_no_module_calls_another_modules_private_methods():
-    found = [f"{path.relative_to(REPO)}:{line}: {call}(...)" for module, path in _modules()
-             if module.split(".")[0] == "keyedstate" for line, call in _private_calls(path)]
-    assert found == [], "a private method is its class's own; make what others call public:\n" + "\n".join(found)
+def test_no_module_reads_writes_or_calls_another_modules_private_attributes():
+    found = [f"{path.relative_to(REPO)}:{line}: {access}" for _, path in _modules()
+             for line, access in _private_accesses(path)
+             if (str(path.relative_to(REPO)), access) not in ALLOWED_PRIVATE_ACCESSES]
+    assert found == [], "a private attribute is its class's own; make what others use public:\n" + "\n".join(found)
+
+
+def test_every_allowed_private_access_is_still_there():
+    """An allowance ends with the access it allows: remove the entry once its file no longer needs it."""
+    found = {(str(path.relative_to(REPO)), access) for _, path in _modules() for _, access in _private_accesses(path)}
+    assert set(ALLOWED_PRIVATE_ACCESSES) - found == set()
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -234,8 +277,12 @@ def test_a_private_import_is_caught_and_the_allowed_ones_are_not(tmp_path, sourc
     assert [name for _, name in _private_imports("keyedstate.spark.bootstrap", path)] == expected
 
 
-def test_a_call_of_another_objects_private_method_is_caught(tmp_path):
+def test_a_private_attribute_of_another_object_is_caught_read_written_or_called(tmp_path):
     path = tmp_path / "module.py"
-    path.write_text("class A:\n    def _own(self):\n        self._own()\n        other._own()\n        super()._base()\n"
-                    "        runtime._process(1)\n        scala_tuple._1()\n")
-    assert [call for _, call in _private_calls(path)] == ["runtime._process"]
+    path.write_text("from confluent_kafka import KafkaError\n\n\nclass A:\n    __slots__ = ('_slot',)\n"
+                    "    _FIELD = 1\n\n    def _own(self):\n        self._own()\n        other._own()\n"
+                    "        super()._base()\n        runtime._process(1)\n        scala_tuple._1()\n"
+                    "        other._slot, other._FIELD = store._cf, KafkaError._TRANSPORT\n"
+                    "        queue._pending = spark._jvm\n        return backend._database.path\n")
+    assert [access for _, access in sorted(_private_accesses(path))] == [
+        "runtime._process", "store._cf", "queue._pending", "backend._database"]

@@ -66,8 +66,8 @@ class ColumnTimerQueue:
 
     # ---- reading the column ------------------------------------------------------------------------------------
 
-    def flush_deletes(self) -> None:
-        """Delete the fired timers whose deletes were deferred from the column."""
+    def flush_deletes(self) -> bool:
+        """Delete the fired timers whose deletes were deferred from the column; whether there were any."""
         pending = self._pending
         if pending:
             self._pending = 0
@@ -75,6 +75,7 @@ class ColumnTimerQueue:
                 self.column.delete(self._pending_first)
             else:  # exactly the popped timers lie in [first, last]: nothing else was written in between
                 self.column.delete_range(self._pending_first, self._pending_last + b"\x00")
+        return pending > 0
 
     def _refill(self) -> None:
         """Load the smallest ``capacity`` timers of the key group (the cache is empty and incomplete)."""

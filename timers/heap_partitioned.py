@@ -25,8 +25,8 @@ from bisect import bisect_left
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import Generator, Iterator, Optional
 
-from timers.partitioned import _HEADS_SLACK, KeyGroupPartitionedTimerQueue
-from timers.queue import _COMPACT_SLACK, HeapTimerQueue, sort_timers
+from timers.partitioned import HEADS_SLACK, KeyGroupPartitionedTimerQueue
+from timers.queue import COMPACT_SLACK, HeapTimerQueue, sort_timers
 from timers.timer import TimerTuple
 
 __all__ = ["HeapPartitionedTimerQueue"]
@@ -96,8 +96,8 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         if head is timer or head == timer:
             heads = self._heads
             heappush(heads, timer)
-            if len(heads) > 2 * len(self.queues) + _HEADS_SLACK:
-                self._rebuild_heads()
+            if len(heads) > 2 * len(self.queues) + HEADS_SLACK:
+                self.rebuild_heads()
 
     def _add_to_batch(self, timer: TimerTuple) -> bool:
         """Registering a timer of the unfired batch: a no-op, or undoing its cancellation. True when handled."""
@@ -128,7 +128,7 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
                 heappop(heap)
             if heap:
                 heappush(self._heads, heap[0])
-        elif len(heap) > 2 * len(live) + _COMPACT_SLACK:
+        elif len(heap) > 2 * len(live) + COMPACT_SLACK:
             queue.heap = list(live)
             heapify(queue.heap)
         return True

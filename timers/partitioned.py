@@ -25,7 +25,7 @@ from timers.timer import TimerTuple
 
 __all__ = ["KeyGroupPartitionedTimerQueue"]
 
-_HEADS_SLACK = 64
+HEADS_SLACK = 64  # ``heads`` is rebuilt once it holds this many entries more than two per key group
 
 
 class KeyGroupPartitionedTimerQueue:
@@ -63,8 +63,8 @@ class KeyGroupPartitionedTimerQueue:
         if queue.add(timer):
             heads = self._heads
             heappush(heads, timer)
-            if len(heads) > 2 * len(self.queues) + _HEADS_SLACK:
-                self._rebuild_heads()
+            if len(heads) > 2 * len(self.queues) + HEADS_SLACK:
+                self.rebuild_heads()
 
     def remove(self, timer: TimerTuple) -> bool:
         """Delete ``timer``; return whether it was registered (unknown timers are ignored)."""
@@ -168,7 +168,8 @@ class KeyGroupPartitionedTimerQueue:
             heappop(heads)
         return None
 
-    def _rebuild_heads(self) -> None:
+    def rebuild_heads(self) -> None:
+        """Rebuild ``heads`` from the queues (also after ``queues`` was filled directly, as a restore does)."""
         heads = self._heads
         heads[:] = [head for head in (q.peek() for q in self.queues.values()) if head is not None]
         heapify(heads)  # in place: a running ``due`` generator keeps using the same list
@@ -219,7 +220,7 @@ class KeyGroupPartitionedTimerQueue:
     def forget(self, key_group: int) -> None:
         """Drop the in-memory queue of ``key_group`` (its stored timers stay where they are stored)."""
         if self.queues.pop(key_group, None) is not None:
-            self._rebuild_heads()
+            self.rebuild_heads()
 
     def key_groups(self) -> list[int]:
         """Key groups that have at least one timer, ascending."""

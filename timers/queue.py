@@ -31,7 +31,7 @@ from timers.timer import TimerTuple
 
 __all__ = ["HeapTimerQueue", "sort_timers"]
 
-_COMPACT_SLACK = 64
+COMPACT_SLACK = 64  # a heap is rebuilt from ``live`` once it holds this many deleted timers more than live ones
 
 
 class HeapTimerQueue:
@@ -78,7 +78,7 @@ class HeapTimerQueue:
         if heap[0] == timer:
             heappop(heap)
             self._drop_stale_head()
-        elif len(heap) > 2 * len(live) + _COMPACT_SLACK:
+        elif len(heap) > 2 * len(live) + COMPACT_SLACK:
             self.heap = list(live)
             heapify(self.heap)
         return True

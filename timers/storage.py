@@ -87,7 +87,7 @@ class TimeDomainQueue:
             timers.append(timer)
         for key_group, timers in by_group.items():
             self.queue.queues[key_group] = HeapTimerQueue(timers)  # heapify: O(n); not dirty
-        self.queue._rebuild_heads()
+        self.queue.rebuild_heads()
 
     def _open_restored_key_groups(self) -> None:
         """RocksDB storage: find the non-empty owned key groups (one seek each) and cache their heads."""
@@ -108,12 +108,7 @@ class TimeDomainQueue:
         of fired timers. Runs in the backend's pre-snapshot hook and (RocksDB) after every advance.
         """
         if self.storage is not TimerStorage.HEAP:
-            flushed = 0
-            for queue in self.queue.queues.values():
-                if queue._pending:
-                    queue.flush_deletes()
-                    flushed += 1
-            return flushed
+            return sum(queue.flush_deletes() for queue in self.queue.queues.values())
         column = self.column
         flushed = 0
         for key_group, queue in self.queue.queues.items():

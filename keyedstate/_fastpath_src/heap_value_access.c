@@ -2,7 +2,7 @@
 
 typedef struct {
     PyObject_HEAD
-    PyObject *data;        /* the heap store's dict: stored key -> value */
+    PyObject *entries;     /* the store's entries (ValueAccess): a dict, stored key -> value as is */
     PyObject *backend;     /* the keyed state backend (a KeyContext) */
     PyObject *prefix_field; /* the name of its current key's prefix (bytes, or None without a current key) */
     PyObject *namespace;   /* encoded namespace (bytes) */
@@ -16,7 +16,7 @@ typedef struct {
 static int
 access_traverse(HeapValueAccess *self, visitproc visit, void *arg)
 {
-    Py_VISIT(self->data);
+    Py_VISIT(self->entries);
     Py_VISIT(self->backend);
     Py_VISIT(self->prefix_field);
     Py_VISIT(self->namespace);
@@ -31,7 +31,7 @@ access_traverse(HeapValueAccess *self, visitproc visit, void *arg)
 static int
 access_clear(HeapValueAccess *self)
 {
-    Py_CLEAR(self->data);
+    Py_CLEAR(self->entries);
     Py_CLEAR(self->backend);
     Py_CLEAR(self->prefix_field);
     Py_CLEAR(self->namespace);
@@ -54,10 +54,10 @@ access_dealloc(HeapValueAccess *self)
 static int
 access_init(HeapValueAccess *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"data", "backend", "prefix_field", "namespace", "exact_types", "slow_value",
+    static char *keywords[] = {"entries", "backend", "prefix_field", "namespace", "exact_types", "slow_value",
                                "slow_update", NULL};
-    PyObject *data, *backend, *prefix_field, *namespace, *exact_types, *slow_value, *slow_update;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO!OOO:HeapValueAccess", keywords, &PyDict_Type, &data,
+    PyObject *entries, *backend, *prefix_field, *namespace, *exact_types, *slow_value, *slow_update;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO!OOO:HeapValueAccess", keywords, &PyDict_Type, &entries,
                                      &backend, &prefix_field, &PyBytes_Type, &namespace, &exact_types, &slow_value,
                                      &slow_update)) {
         return -1;
@@ -67,7 +67,7 @@ access_init(HeapValueAccess *self, PyObject *args, PyObject *kwargs)
         return -1;
     }
     Py_XSETREF(self->prefix_field, prefix_field);
-    Py_XSETREF(self->data, Py_NewRef(data));
+    Py_XSETREF(self->entries, Py_NewRef(entries));
     Py_XSETREF(self->backend, Py_NewRef(backend));
     Py_XSETREF(self->namespace, Py_NewRef(namespace));
     Py_XSETREF(self->exact_types, Py_NewRef(exact_types));
@@ -113,7 +113,7 @@ access_stored_key(HeapValueAccess *self, PyObject **key)
 static PyObject *
 access_value(HeapValueAccess *self, PyObject *Py_UNUSED(ignored))
 {
-    if (not_initialized(self->data, "HeapValueAccess")) {
+    if (not_initialized(self->entries, "HeapValueAccess")) {
         return NULL;
     }
     PyObject *key;
@@ -124,7 +124,7 @@ access_value(HeapValueAccess *self, PyObject *Py_UNUSED(ignored))
     if (found == 0) {
         return PyObject_CallNoArgs(self->slow_value);
     }
-    PyObject *value = PyDict_GetItemWithError(self->data, key);
+    PyObject *value = PyDict_GetItemWithError(self->entries, key);
     if (value == NULL) {
         if (PyErr_Occurred()) {
             return NULL;
@@ -137,7 +137,7 @@ access_value(HeapValueAccess *self, PyObject *Py_UNUSED(ignored))
 static PyObject *
 access_update(HeapValueAccess *self, PyObject *value)
 {
-    if (not_initialized(self->data, "HeapValueAccess")) {
+    if (not_initialized(self->entries, "HeapValueAccess")) {
         return NULL;
     }
     if (value == Py_None) {
@@ -160,7 +160,7 @@ access_update(HeapValueAccess *self, PyObject *value)
     if (found == 0) {
         return PyObject_CallOneArg(self->slow_update, value);
     }
-    if (PyDict_SetItem(self->data, key, value) < 0) {
+    if (PyDict_SetItem(self->entries, key, value) < 0) {
         return NULL;
     }
     Py_RETURN_NONE;
@@ -189,7 +189,7 @@ static PyMethodDef access_methods[] = {
 PyTypeObject HeapValueAccessType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.HeapValueAccess",
-    .tp_doc = "value()/update() of one heap ValueState without TTL (see keyedstate.fastpath).",
+    .tp_doc = "value()/update() of one ValueState without TTL over a dict of entries (see keyedstate.fastpath).",
     .tp_basicsize = sizeof(HeapValueAccess),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,

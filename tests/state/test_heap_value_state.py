@@ -1,33 +1,43 @@
 """The heap backend's ValueState (reads and writes the store's dict itself, in C where the fast path is built)
-behaves exactly like the generic one."""
+behaves exactly like the store's own methods."""
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
 
 from keyedstate import StateTtlConfig, Time, Types, ValueStateDescriptor
+from keyedstate.errors import NoKeyContextError, SerializationError, StateTypeMismatchError
 from keyedstate.fastpath import fastpath
-from keyedstate.errors import NoKeyContextError, StateTypeMismatchError
+from keyedstate.state.base.layout import VOID_NAMESPACE, EntryCodec
+from keyedstate.state.base.stores import ValueStore
 from keyedstate.state.heap import HeapKeyedStateBackend
-from keyedstate.state.heap.primitives import CompiledHeapValueState, HeapValueState
-from keyedstate.state.primitives import ValueState, create_primitive
+from keyedstate.state.primitives.value_state import CompiledValueState, TtlValueState, ValueState, value_state_class
 
-IMPLEMENTATIONS = [HeapValueState, pytest.param(CompiledHeapValueState, marks=pytest.mark.compiled_only)]
+IMPLEMENTATIONS = [ValueState, pytest.param(CompiledValueState, marks=pytest.mark.compiled_only)]
 
 
-def _generic(backend, name, type_info):
-    """The generic ValueState over the same kind of store, as the other backends build it."""
-    descriptor = ValueStateDescriptor(name, type_info)
-    backend.get_or_create_state(descriptor)
-    registered = backend.registered_state(name)
-    return create_primitive(descriptor, registered.codec, registered.store, backend)
+class _StoreValueState(ValueState):
+    """The reference: value() and update() through the store's methods (the slow path the fast ones fall back to)."""
+
+    __slots__ = ()
+
+    def value(self):
+        return self._store.get(self._namespace)
+
+    def update(self, value):
+        if value is None:
+            self._store.delete(self._namespace)
+        else:
+            self._check(value)
+            self._store.put(self._namespace, value)
 
 
 def _built(cls, backend, name, type_info):
     """``cls`` over the store the backend registered for ``name``."""
-    if cls is CompiledHeapValueState and fastpath is None:
+    if cls is CompiledValueState and fastpath is None:
         pytest.fail("keyedstate._fastpath is not built: reinstall with a C compiler available (make venv)")
     descriptor = ValueStateDescriptor(name, type_info)
     backend.get_or_create_state(descriptor)
@@ -35,17 +45,13 @@ def _built(cls, backend, name, type_info):
     return cls(descriptor, registered.codec, registered.store, backend)
 
 
-def test_plain_value_states_are_heap_value_states_compiled_without_write_validation_and_ttl_ones_are_not():
-    validating = HeapKeyedStateBackend()
-    assert type(validating.get_or_create_state(ValueStateDescriptor("plain", Types.LONG()))) is HeapValueState
-    spark_like = HeapKeyedStateBackend(validate_writes=False)
-    expected = HeapValueState if fastpath is None else CompiledHeapValueState
-    assert type(spark_like.get_or_create_state(ValueStateDescriptor("plain", Types.LONG()))) is expected
+def test_plain_value_states_are_compiled_without_write_validation_where_built_and_ttl_ones_are_not():
     with_ttl = ValueStateDescriptor("ttl", Types.LONG())
     with_ttl.enable_time_to_live(StateTtlConfig.new_builder(Time.milliseconds(10)).build())
-    for backend in (validating, spark_like):
-        state = backend.get_or_create_state(with_ttl)
-        assert isinstance(state, ValueState) and not isinstance(state, HeapValueState)
+    for backend, compiled in ((HeapKeyedStateBackend(), False), (HeapKeyedStateBackend(validate_writes=False), True)):
+        expected = CompiledValueState if compiled and fastpath is not None else ValueState
+        assert type(backend.get_or_create_state(ValueStateDescriptor("plain", Types.LONG()))) is expected
+        assert type(backend.get_or_create_state(with_ttl)) is TtlValueState
 
 
 @pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda cls: cls.__name__)
@@ -54,7 +60,7 @@ def test_random_operations_match_the_generic_value_state_on_the_same_store(cls, 
     rng = random.Random(3)
     backend = HeapKeyedStateBackend(validate_writes=validate_writes)
     fast = _built(cls, backend, "count", Types.LONG())
-    generic = _generic(backend, "count", Types.LONG())
+    generic = _built(_StoreValueState, backend, "count", Types.LONG())
     for _ in range(3_000):
         # a fresh prefix object for a key seen before must find that key's value
         backend.set_current_key(f"k{rng.randrange(20)}")
@@ -105,13 +111,24 @@ def test_errors_are_the_generic_ones(cls):
     assert state.value() == 7
 
 
+@pytest.mark.parametrize("cls", IMPLEMENTATIONS, ids=lambda cls: cls.__name__)
+def test_with_write_validation_an_unpicklable_value_fails_the_update_naming_the_state(cls):
+    import threading
+
+    backend = HeapKeyedStateBackend()
+    state = _built(cls, backend, "holder", Types.PICKLED_BYTE_ARRAY())
+    backend.set_current_key("k")
+    state.update({"fine": [1]})
+    with pytest.raises(SerializationError, match="'holder'.*lock"):
+        state.update({"lock": threading.Lock()})
+    assert state.value() == {"fine": [1]}
+
+
 def test_without_write_validation_an_unpicklable_value_fails_the_export_naming_the_state():
     # The Spark group function skips the check at update() and pickles every value at the end of the call, in
     # bulk; a value that cannot be pickled must still be reported with the state's name.
     import pickle
     import threading
-
-    from keyedstate.errors import SerializationError
 
     backend = HeapKeyedStateBackend(validate_writes=False)
     state = backend.get_or_create_state(ValueStateDescriptor("holder", Types.PICKLED_BYTE_ARRAY()))
@@ -122,3 +139,41 @@ def test_without_write_validation_an_unpicklable_value_fails_the_export_naming_t
     state.update({"lock": threading.Lock()})
     with pytest.raises(SerializationError, match="'holder'.*lock"):
         backend.export_records()
+
+
+class _PickledStore(ValueStore):
+    """A store keeping its entries pickled: the entry format is its encode/decode, which the ValueState follows."""
+
+    encode, decode = staticmethod(pickle.dumps), staticmethod(pickle.loads)
+    accepts, exact_types = None, frozenset()
+
+    def __init__(self, backend):
+        self.entries, self._backend = {}, backend
+
+    def get(self, namespace):
+        data = self.entries.get(self._backend.composite(namespace))
+        return None if data is None else pickle.loads(data)
+
+    def put(self, namespace, entry):
+        self.entries[self._backend.composite(namespace)] = pickle.dumps(entry)
+
+    def delete(self, namespace):
+        self.entries.pop(self._backend.composite(namespace), None)
+
+
+def test_the_value_state_follows_the_entry_format_its_store_defines():
+    backend = HeapKeyedStateBackend()
+    store = _PickledStore(backend)
+    assert value_state_class(store) is ValueState  # the compiled twin covers entries stored as is only
+    descriptor = ValueStateDescriptor("seen", Types.PICKLED_BYTE_ARRAY())
+    state = ValueState(descriptor, EntryCodec(descriptor), store, backend)
+    backend.set_current_key("k")
+    seen = [1, 2]
+    state.update(seen)
+    assert list(store.entries.values()) == [pickle.dumps(seen)]
+    assert state.value() == store.get(VOID_NAMESPACE) == seen and state.value() is not seen
+    state.update(None)
+    assert state.value() is None and store.entries == {}
+    with pytest.raises(NoKeyContextError):
+        backend.clear_current_key()
+        state.value()

@@ -115,7 +115,7 @@ def test_a_kept_back_write_that_fails_when_another_key_is_read_raises_naming_the
     backend.set_current_key("a")
     count.update(7)  # kept back in the store's memo
     store = backend.registered_state("count").store
-    family = store._cf
+    family = store.entries
 
     class DiskFull:  # the family as RocksDB behaves when a write fails
         def put(self, key, value):
@@ -124,10 +124,10 @@ def test_a_kept_back_write_that_fails_when_another_key_is_read_raises_naming_the
         def get(self, key):
             return family.get(key)
 
-    store._cf = DiskFull()
+    store.entries = DiskFull()
     backend.set_current_key("b")
     with pytest.raises(StateBackendError, match="'count'"):
         count.value()  # reading b writes a's entry back first
     assert store.memo_data is None  # as the store's own write_pending(): the failed call is not continued
-    store._cf = family
+    store.entries = family
     backend.close()

@@ -8,9 +8,9 @@ lives in the backend-independent primitives, never in a store.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Collection, Iterable, Iterator, Optional, Protocol, runtime_checkable
 
-__all__ = ["MISSING", "ValueStore", "ListStore", "MapStore", "RawColumn"]
+__all__ = ["MISSING", "NOT_KEPT", "ValueStore", "ValueAccess", "MemoValueAccess", "ListStore", "MapStore", "RawColumn"]
 
 
 class _Missing:
@@ -22,6 +22,9 @@ class _Missing:
 
 MISSING: Any = _Missing()
 """Returned by :meth:`MapStore.get` for an absent map key (``None`` is a valid map value)."""
+
+NOT_KEPT: Any = object()
+"""``MemoValueAccess.memo_value`` when only the entry is kept (a value is handed out twice only if immutable)."""
 
 
 class ValueStore(ABC):
@@ -36,6 +39,35 @@ class ValueStore(ABC):
 
     @abstractmethod
     def delete(self, namespace: bytes) -> None: ...
+
+
+class ValueAccess(Protocol):
+    """What a value store lends the ValueStates of :mod:`keyedstate.state.primitives.value_state` (and their compiled
+    twin) to do its work in their frame; its methods stay the slow path, which names the state in its errors.
+    ``entries``: stored key -> entry (``get``, None when absent; ``entries[key] = entry``, or ``put`` in a memo store,
+    the only kind that replaces it, with its database). ``encode``/``decode``: value <-> entry, the store's one
+    definition of its entry format (None: as is; ``encode`` raises for a value it cannot keep).
+    ``accepts``/``exact_types``: the check a decoded value must pass (None: none)."""
+
+    entries: Any
+    encode: Optional[Callable[[Any], Any]]
+    decode: Optional[Callable[[Any], Any]]
+    accepts: Optional[Callable[[Any], bool]]
+    exact_types: Collection[type]
+
+
+@runtime_checkable
+class MemoValueAccess(ValueAccess, Protocol):
+    """A :class:`ValueAccess` keeping the entry last written or read: ``memo_key`` (its stored key, or None),
+    ``memo_value`` (its value, :data:`NOT_KEPT` when only the entry is kept), ``memo_data`` (the entry while not yet
+    written, else None), written when another key is written or by ``write_pending()`` before anything else reads
+    the entries. Elements arrive in runs of one key: a key updated for every element is written once per run."""
+
+    memo_key: Optional[bytes]
+    memo_value: Any
+    memo_data: Any
+
+    def write_pending(self) -> None: ...
 
 
 class ListStore(ABC):

@@ -17,7 +17,6 @@ from keyedstate.state.base.layout import (
 )
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
-from keyedstate.state.heap.primitives import heap_value_state_class
 from keyedstate.state.heap.stores import (
     HeapListStore,
     HeapMapStore,
@@ -66,11 +65,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._pending_records: dict[str, list[tuple[bytes, bytes]]] = {}
 
     # ---- stores --------------------------------------------------------------------------------------------------
-
-    def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
-        if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
-            return heap_value_state_class(store)(descriptor, codec, store, self)
-        return super()._create_primitive(descriptor, codec, store)
 
     def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> HeapValueStore:
         return HeapValueStore(self, write_validator(codec, self.validate_writes))
@@ -156,23 +150,23 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         if kind is StateKind.LIST:
             for stored_key, data in sorted(records):
                 composite = stored_key[:-LIST_SEQUENCE_BYTES]
-                store.data.setdefault(composite, []).append(codec.deserialize_entry(data))
+                store.entries.setdefault(composite, []).append(codec.deserialize_entry(data))
         elif kind is StateKind.MAP:
             for stored_key, data in records:
                 split = _split_prefix(stored_key)
                 user_key, _ = decode_key(stored_key, split)
-                inner = store.data.setdefault(stored_key[:split], {})
+                inner = store.entries.setdefault(stored_key[:split], {})
                 inner[stored_key[split:]] = (user_key, codec.deserialize_entry(data))
         else:
             deserialize = codec.deserialize_entry
-            store.data.update([(stored_key, deserialize(data)) for stored_key, data in records])
+            store.entries.update([(stored_key, deserialize(data)) for stored_key, data in records])
 
     def export_records(self) -> list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]:
         """Every state that holds data (registered, or restored and not registered again), unsorted; the Spark
         state row is built from this."""
         exported = []
         for registered in self._states.values():
-            if registered.store.data:
+            if registered.store.entries:
                 records = list(_records_of(registered.descriptor, registered.codec, registered.store))
                 exported.append((self.metadata_of(registered.descriptor), records))
         for name, records in self._pending_records.items():
@@ -191,7 +185,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     def reset(self) -> None:
         """Drop all data (registrations stay): lets one backend serve many Spark groups one after another."""
         for registered in self._states.values():
-            registered.store.data.clear()
+            registered.store.entries.clear()
         for column in self._raw_columns.values():
             column.clear()
         self._pending_records.clear()
@@ -205,14 +199,14 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         for registered in self._states.values():
             ttl = registered.descriptor.ttl_config
             if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot):
-                _remove_expired(registered.descriptor.kind, registered.store.data, now - ttl.ttl_millis)
+                _remove_expired(registered.descriptor.kind, registered.store.entries, now - ttl.ttl_millis)
 
     # ---- keys, cleanup -------------------------------------------------------------------------------------------
 
     def iter_keys(self, state_name: str) -> Iterator[Any]:
         store = self.registered_state(state_name).store
         seen: set[bytes] = set()
-        for stored_key in list(store.data):
+        for stored_key in list(store.entries):
             prefix = stored_key[: _key_prefix_end(stored_key)]
             if prefix not in seen:
                 seen.add(prefix)
@@ -225,7 +219,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
             ttl = registered.descriptor.ttl_config
             if ttl is None:
                 continue
-            removed += _remove_expired(registered.descriptor.kind, registered.store.data, now - ttl.ttl_millis)
+            removed += _remove_expired(registered.descriptor.kind, registered.store.entries, now - ttl.ttl_millis)
         if removed:
             logger.debug("TTL cleanup removed %d expired entries", removed)
         return removed
@@ -234,10 +228,10 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         """How many (key, namespace) pairs hold an entry in at least one registered state."""
         states = list(self._states.values())
         if len(states) == 1:  # its entries are the pairs: no set to build (metrics ask for this every call)
-            return len(states[0].store.data)
+            return len(states[0].store.entries)
         stored: set[bytes] = set()
         for registered in states:
-            stored.update(registered.store.data)
+            stored.update(registered.store.entries)
         return len(stored)
 
 
@@ -252,11 +246,11 @@ def _records_of(descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> I
     serialize = codec.serialize_entry
     kind = descriptor.kind
     if kind is StateKind.LIST:
-        for composite, entries in store.data.items():
+        for composite, entries in store.entries.items():
             for index, entry in enumerate(entries):
                 yield composite + pack_sequence(index), serialize(entry)
     elif kind is StateKind.MAP:
-        for composite, inner in store.data.items():
+        for composite, inner in store.entries.items():
             for encoded_user_key, (_, entry) in inner.items():
                 yield composite + encoded_user_key, serialize(entry)
     elif not codec.has_ttl:
@@ -264,12 +258,12 @@ def _records_of(descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> I
         # (the snapshot's hot path), and redo it entry by entry only to report a failure with the state's name.
         fast = codec.raw_serialize
         try:
-            records = [(composite, fast(entry)) for composite, entry in store.data.items()]
+            records = [(composite, fast(entry)) for composite, entry in store.entries.items()]
         except Exception:
-            records = [(composite, serialize(entry)) for composite, entry in store.data.items()]
+            records = [(composite, serialize(entry)) for composite, entry in store.entries.items()]
         yield from records
     else:
-        for composite, entry in store.data.items():
+        for composite, entry in store.entries.items():
             yield composite, serialize(entry)
 
 

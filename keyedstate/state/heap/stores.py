@@ -1,4 +1,4 @@
-"""Heap (dict) stores: entries live as Python objects, keyed by the shared stored-key layout."""
+"""Heap (dict) stores: entries live as Python objects in ``entries``, keyed by the shared stored-key layout."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _ALWAYS_SERIALIZABLE = frozenset((int, float, str, bytes, bool))
 
 
 def write_validator(codec: EntryCodec, enabled: bool) -> Any:
-    """A function that serializes an entry once to reject unserializable values at write time, or None.
+    """A function that serializes an entry once to reject unserializable values at write time (returning it), or None.
 
     The heap keeps objects and serializes only when snapshotting; without this an unpicklable value would be
     accepted now and make every later snapshot fail.
@@ -26,47 +26,50 @@ def write_validator(codec: EntryCodec, enabled: bool) -> Any:
     serialize = codec.serialize_entry
     has_ttl = codec.has_ttl
 
-    def validate(entry: Any) -> None:
+    def validate(entry: Any) -> Any:
         value = entry[0] if has_ttl else entry
         if type(value) not in _ALWAYS_SERIALIZABLE:
             serialize(entry)
+        return entry
 
     return validate
 
 
 class HeapValueStore(ValueStore):
-    __slots__ = ("data", "_backend", "_validate")
+    """A :class:`~keyedstate.state.base.stores.ValueAccess` keeping values as is; ``encode``: the write validator."""
+
+    __slots__ = ("entries", "_backend", "encode")
+    decode = accepts = None
+    exact_types: frozenset[type] = frozenset()
 
     def __init__(self, backend: Any, validate: Any = None) -> None:
-        self.data: dict[bytes, Any] = {}  # cleared, never replaced: HeapValueState holds on to it
+        self.entries: dict[bytes, Any] = {}
         self._backend = backend
-        self._validate = validate
+        self.encode = validate
 
     # get and put run once per state access: the backend's ``composite`` is inlined (its field, not its method)
     def get(self, namespace: bytes) -> Any:
         try:
-            return self.data.get(self._backend.key_prefix + namespace)
+            return self.entries.get(self._backend.key_prefix + namespace)
         except TypeError:  # no current key (prefix None): composite raises the right error
-            return self.data.get(self._backend.composite(namespace))
+            return self.entries.get(self._backend.composite(namespace))
 
     def put(self, namespace: bytes, entry: Any) -> None:
         try:
             key = self._backend.key_prefix + namespace
         except TypeError:
             key = self._backend.composite(namespace)
-        if self._validate is not None:
-            self._validate(entry)
-        self.data[key] = entry
+        self.entries[key] = entry if self.encode is None else self.encode(entry)
 
     def delete(self, namespace: bytes) -> None:
-        self.data.pop(self._backend.composite(namespace), None)
+        self.entries.pop(self._backend.composite(namespace), None)
 
 
 class HeapListStore(ListStore):
-    __slots__ = ("data", "_backend", "_validate")
+    __slots__ = ("entries", "_backend", "_validate")
 
     def __init__(self, backend: Any, validate: Any = None) -> None:
-        self.data: dict[bytes, list[Any]] = {}
+        self.entries: dict[bytes, list[Any]] = {}
         self._backend = backend
         self._validate = validate
 
@@ -76,15 +79,15 @@ class HeapListStore(ListStore):
                 self._validate(entry)
 
     def get(self, namespace: bytes) -> list[Any]:
-        entries = self.data.get(self._backend.composite(namespace))
+        entries = self.entries.get(self._backend.composite(namespace))
         return [] if entries is None else list(entries)
 
     def append(self, namespace: bytes, entries: list[Any]) -> None:
         key = self._backend.composite(namespace)
         self._check(entries)
-        stored = self.data.get(key)
+        stored = self.entries.get(key)
         if stored is None:
-            self.data[key] = list(entries)
+            self.entries[key] = list(entries)
         else:
             stored.extend(entries)
 
@@ -92,28 +95,28 @@ class HeapListStore(ListStore):
         key = self._backend.composite(namespace)
         self._check(entries)
         if entries:
-            self.data[key] = list(entries)
+            self.entries[key] = list(entries)
         else:
-            self.data.pop(key, None)
+            self.entries.pop(key, None)
 
     def delete(self, namespace: bytes) -> None:
-        self.data.pop(self._backend.composite(namespace), None)
+        self.entries.pop(self._backend.composite(namespace), None)
 
 
 class HeapMapStore(MapStore):
     """Inner maps are keyed by the encoded map key, so two map keys are equal exactly when RocksDB finds them equal
     (``1`` and ``True`` stay distinct); values are ``(user key, entry)``."""
 
-    __slots__ = ("data", "_backend", "_encode", "_validate")
+    __slots__ = ("entries", "_backend", "_encode", "_validate")
 
     def __init__(self, backend: Any, codec: EntryCodec, validate: Any = None) -> None:
-        self.data: dict[bytes, dict[bytes, tuple[Any, Any]]] = {}
+        self.entries: dict[bytes, dict[bytes, tuple[Any, Any]]] = {}
         self._backend = backend
         self._encode = codec.serialize_map_key
         self._validate = validate
 
     def get(self, namespace: bytes, user_key: Any) -> Any:
-        inner = self.data.get(self._backend.composite(namespace))
+        inner = self.entries.get(self._backend.composite(namespace))
         if inner is None:
             return MISSING
         pair = inner.get(self._encode(user_key))
@@ -124,9 +127,9 @@ class HeapMapStore(MapStore):
         key = self._backend.composite(namespace)
         if self._validate is not None:
             self._validate(entry)
-        inner = self.data.get(key)
+        inner = self.entries.get(key)
         if inner is None:
-            inner = self.data[key] = {}
+            inner = self.entries[key] = {}
         inner[encoded] = (user_key, entry)
 
     def put_all(self, namespace: bytes, entries: dict[Any, Any]) -> None:
@@ -135,36 +138,36 @@ class HeapMapStore(MapStore):
         if self._validate is not None:
             for entry in entries.values():
                 self._validate(entry)
-        inner = self.data.get(key)
+        inner = self.entries.get(key)
         if inner is None:
-            self.data[key] = encoded
+            self.entries[key] = encoded
         else:
             inner.update(encoded)
 
     def remove(self, namespace: bytes, user_key: Any) -> None:
         key = self._backend.composite(namespace)
-        inner = self.data.get(key)
+        inner = self.entries.get(key)
         if inner is not None:
             inner.pop(self._encode(user_key), None)
             if not inner:
-                del self.data[key]
+                del self.entries[key]
 
     def contains(self, namespace: bytes, user_key: Any) -> bool:
-        inner = self.data.get(self._backend.composite(namespace))
+        inner = self.entries.get(self._backend.composite(namespace))
         return inner is not None and self._encode(user_key) in inner
 
     def items(self, namespace: bytes) -> Iterator[tuple[Any, Any]]:
-        inner = self.data.get(self._backend.composite(namespace))
+        inner = self.entries.get(self._backend.composite(namespace))
         if not inner:
             return iter(())
         # A copy, so the caller may modify the map while iterating (as Flink's iterators allow).
         return iter(list(inner.values()))
 
     def is_empty(self, namespace: bytes) -> bool:
-        return not self.data.get(self._backend.composite(namespace))
+        return not self.entries.get(self._backend.composite(namespace))
 
     def delete(self, namespace: bytes) -> None:
-        self.data.pop(self._backend.composite(namespace), None)
+        self.entries.pop(self._backend.composite(namespace), None)
 
 
 class HeapRawColumn(RawColumn):

@@ -27,7 +27,7 @@ from keyedstate.state.primitives.folding_states import (
 )
 from keyedstate.state.primitives.list_state import ListState, TtlListState
 from keyedstate.state.primitives.map_state import MapState, TtlMapState
-from keyedstate.state.primitives.value_state import TtlValueState, ValueState
+from keyedstate.state.primitives.value_state import TtlValueState, ValueState, value_state_class
 
 __all__ = [
     "State",
@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 _PRIMITIVES = {
-    (StateKind.VALUE, False): ValueState,
     (StateKind.VALUE, True): TtlValueState,
     (StateKind.LIST, False): ListState,
     (StateKind.LIST, True): TtlListState,
@@ -55,4 +54,6 @@ _PRIMITIVES = {
 
 def create_primitive(descriptor: StateDescriptor, codec: EntryCodec, store: Any, backend: Any) -> State:
     """The primitive of ``descriptor``'s kind over ``store``: its TTL variant when the descriptor has a TTL."""
+    if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
+        return value_state_class(store)(descriptor, codec, store, backend)
     return _PRIMITIVES[(descriptor.kind, descriptor.ttl_config is not None)](descriptor, codec, store, backend)

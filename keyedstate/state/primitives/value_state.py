@@ -1,21 +1,66 @@
-"""Value state, and its TTL variant (the stored entry is ``(value, last_access)``)."""
+"""Value state. ``value()``/``update()`` run once or twice per element, more often than a call of the store's method
+is worth: without TTL they use the store's :class:`~keyedstate.state.base.stores.ValueAccess` (its entries, in the
+entry format it defines) and its methods, which name the state in their errors, only for the unusual. Three forms
+(:func:`value_state_class`): :class:`ValueState` writes through (the heap's dict); :class:`CompiledValueState` is its
+declared twin in C (``tests/test_fastpath_differential.py`` runs the two side by side); :class:`MemoValueState` keeps
+one entry back (RocksDB), apart because the memo made the heap's ``value()``+``update()`` about 15% slower. The TTL
+variant stores ``(value, last_access)`` through the store's methods.
+"""
 
 from __future__ import annotations
 
+from types import MethodType
 from typing import Any
 
+from keyedstate.fastpath import fastpath
+from keyedstate.state.base.key_context import KEY_PREFIX_FIELD
+from keyedstate.state.base.layout import EntryCodec
+from keyedstate.state.base.stores import NOT_KEPT, MemoValueAccess
+from keyedstate.state.descriptors import StateDescriptor
 from keyedstate.state.primitives.base import State
 
-__all__ = ["ValueState", "TtlValueState"]
+__all__ = ["ValueState", "CompiledValueState", "MemoValueState", "TtlValueState", "value_state_class"]
+
+_NOTHING_STORED = object()  # never a prefix, not even None (no current key)
 
 
 class ValueState(State):
     """One value per key. ``value()`` is ``None`` when nothing is stored; ``update(None)`` clears."""
 
-    __slots__ = ()
+    # The stored key (current key's prefix + namespace) is kept for the prefix object it was built from (held: its
+    # identity stays unique): a key's elements reuse one prefix, and a fresh key per call costs more than the test.
+    __slots__ = ("_key_prefix", "_stored_key", "_entries", "_encode", "_decode")
+
+    def __init__(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any, backend: Any) -> None:
+        super().__init__(descriptor, codec, store, backend)
+        self._key_prefix: Any = _NOTHING_STORED
+        self._stored_key = b""
+        # Held, not read per call (ValueAccess), except a memo store's entries: a closed database's must not be held
+        self._entries: Any = None if isinstance(store, MemoValueAccess) else store.entries
+        self._encode, self._decode = store.encode, store.decode
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        State.set_current_namespace(self, namespace)
+        self._key_prefix = _NOTHING_STORED
 
     def value(self) -> Any:
-        return self._store.get(self._namespace)
+        prefix = self._backend.key_prefix
+        if prefix is not self._key_prefix:
+            if prefix is None:  # no current key: the store raises NoKeyContextError
+                return self._store.get(self._namespace)
+            self._stored_key = prefix + self._namespace
+            self._key_prefix = prefix
+        if self._decode is None:
+            return self._entries.get(self._stored_key)
+        data = self._entries.get(self._stored_key)
+        try:
+            value = None if data is None else self._decode(data)
+        except Exception:
+            return self._store.get(self._namespace)  # raises the store's error naming the state
+        accepts = self._store.accepts
+        if accepts is None or type(value) in self._store.exact_types or value is None or accepts(value):
+            return value
+        return self._store.get(self._namespace)  # raises StateTypeMismatchError
 
     def update(self, value: Any) -> None:
         if value is None:
@@ -24,7 +69,140 @@ class ValueState(State):
         accepts = self._accepts
         if accepts is not None and type(value) not in self._exact_types and not accepts(value):
             self._codec.check_write(value)
-        self._store.put(self._namespace, value)
+        prefix = self._backend.key_prefix
+        if prefix is not self._key_prefix:
+            if prefix is None:
+                self._store.put(self._namespace, value)  # raises NoKeyContextError
+                return
+            self._stored_key = prefix + self._namespace
+            self._key_prefix = prefix
+        if self._encode is not None:
+            try:
+                value = self._encode(value)
+            except Exception:
+                self._store.put(self._namespace, value)  # redone by the store, which raises its error naming the state
+                return
+        self._entries[self._stored_key] = value
+
+
+class CompiledValueState(ValueState):
+    """:class:`ValueState` with the common case of ``value()`` and ``update()`` (a current key, a value of the type's
+    exact types or any type it accepts) in C (``keyedstate._fastpath.HeapValueAccess``), for entries kept as is."""
+
+    __slots__ = ("_access", "value", "update")  # instance attributes holding the C calls shadow the methods
+
+    def __init__(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any, backend: Any) -> None:
+        super().__init__(descriptor, codec, store, backend)
+        self._access = fastpath.HeapValueAccess(  # type: ignore[union-attr]
+            entries=self._entries,
+            backend=backend,
+            prefix_field=KEY_PREFIX_FIELD,
+            namespace=self._namespace,
+            exact_types=() if self._encode else None if self._accepts is None else self._exact_types,
+            slow_value=MethodType(ValueState.value, self),
+            slow_update=MethodType(ValueState.update, self),
+        )
+        self.value = self._access.value  # type: ignore[method-assign]
+        self.update = self._access.update  # type: ignore[method-assign]
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        ValueState.set_current_namespace(self, namespace)
+        self._access.set_namespace(self._namespace)
+
+
+class MemoValueState(ValueState):
+    """A :class:`ValueState` over a :class:`~keyedstate.state.base.stores.MemoValueAccess` that encodes its entries
+    (``encode``, ``decode`` not None): a run of one key's elements reads the entries at most once, writes them once."""
+
+    __slots__ = ()
+
+    def value(self) -> Any:
+        store = self._store
+        prefix = self._backend.key_prefix
+        if prefix is not self._key_prefix:
+            if prefix is None:
+                return store.get(self._namespace)  # raises NoKeyContextError
+            self._stored_key = prefix + self._namespace
+            self._key_prefix = prefix
+        stored_key = self._stored_key
+        data = None
+        if store.memo_key is stored_key:  # the entry this state last wrote or read, for this very key
+            value = store.memo_value
+            if value is not NOT_KEPT:
+                return value
+            data = store.memo_data
+        if data is None:
+            entries = store.entries
+            pending = store.memo_data
+            try:
+                if pending is not None:  # write_pending() inline: the previous key's entry, written back
+                    store.memo_data = None
+                    entries.put(store.memo_key, pending)
+                data = entries.get(stored_key)
+            except Exception:
+                if pending is not None and store.memo_data is None:
+                    store.memo_data = pending  # not written: the store's write_pending() retries and names it
+                    store.write_pending()
+                return store.get(self._namespace)  # raises the store's error naming the state and the database
+            if data is None:
+                store.memo_key, store.memo_value = stored_key, None
+                return None
+        try:
+            value = store.decode(data)
+        except Exception:
+            return store.get(self._namespace)
+        accepts = store.accepts
+        kind = type(value)
+        if accepts is None or kind in store.exact_types or value is None or accepts(value):
+            if store.memo_key is not stored_key:
+                store.memo_key = stored_key
+                store.memo_value = value if kind in _IMMUTABLE_SCALARS or (
+                    kind is tuple and _IMMUTABLE_SCALARS.issuperset(map(type, value))) else NOT_KEPT
+            return value
+        return store.get(self._namespace)  # raises StateTypeMismatchError
+
+    def update(self, value: Any) -> None:
+        if value is None:
+            self._store.delete(self._namespace)
+            return
+        accepts = self._accepts
+        if accepts is not None and type(value) not in self._exact_types and not accepts(value):
+            self._codec.check_write(value)
+        store = self._store
+        prefix = self._backend.key_prefix
+        if prefix is not self._key_prefix:
+            if prefix is None:
+                store.put(self._namespace, value)  # raises NoKeyContextError
+                return
+            self._stored_key = prefix + self._namespace
+            self._key_prefix = prefix
+        try:
+            data = store.encode(value)  # now: a value that cannot be stored fails at update()
+        except Exception:
+            store.put(self._namespace, value)  # redone by the store, which raises its error naming the state
+            return
+        stored_key = self._stored_key
+        if store.memo_data is not None and store.memo_key is not stored_key:
+            store.write_pending()
+        store.memo_key = stored_key
+        kind = type(value)  # the immutability test inline (see _IMMUTABLE_SCALARS): this runs for every element
+        store.memo_value = value if kind in _IMMUTABLE_SCALARS or (
+            kind is tuple and _IMMUTABLE_SCALARS.issuperset(map(type, value))) else NOT_KEPT
+        store.memo_data = data
+
+
+# A value is handed out again from the memo only if no later mutation can show through: scalars, tuples of scalars.
+_IMMUTABLE_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
+
+
+def value_state_class(store: Any) -> type[ValueState]:
+    """The ValueState without TTL for ``store``: the memo one for a memo store, else the compiled twin where it is
+    built and covers the store (a dict of entries stored as is, no write validation), else the write-through one."""
+    if isinstance(store, MemoValueAccess):
+        return MemoValueState
+    if fastpath is not None and type(store.entries) is dict and store.encode is None and store.decode is None:
+        return CompiledValueState
+    return ValueState
 
 
 class TtlValueState(ValueState):

@@ -69,6 +69,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                                        collect_on_close=self.collect_on_close)
         self.load_metadata_from_database()
 
+    @property
+    def database(self) -> RocksDatabase:
+        """The open database, which the stores bind their column families to."""
+        return self._database
+
     # ---- stores --------------------------------------------------------------------------------------------------
 
     def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:

@@ -29,9 +29,10 @@ class ClosedColumnFamily:
 
 
 class ColumnFamilyStore:
-    """Base of the RocksDB stores: one column family per state (or raw column), bound to the open database."""
+    """Base of the RocksDB stores: one column family per state (or raw column), ``entries``, of the open database."""
 
-    __slots__ = ("_backend", "_database", "_cf", "_handle", "_family_name", "_serialize", "_deserialize", "_name")
+    __slots__ = ("_backend", "_database", "entries", "_handle", "_family_name", "_serialize", "_deserialize", "_name")
+    _cf = property(lambda self: self.entries)  # ``entries`` under its old name, for rocksdb/backend.py's TTL clean-up
 
     def __init__(self, backend: Any, family_name: str, codec: EntryCodec | None, name: str) -> None:
         self._backend = backend
@@ -41,17 +42,17 @@ class ColumnFamilyStore:
             # Without TTL an entry is the bare value: bind the value codec directly (one call less per access).
             self._serialize = codec.serialize_entry if codec.has_ttl else codec.serialize_value
             self._deserialize = codec.deserialize_entry if codec.has_ttl else codec.deserialize_value
-        self.bind(backend._database)
+        self.bind(backend.database)
 
     def bind(self, database: Any) -> None:
         """(Re)attach to the open database (after open or restore)."""
         self._database = database
-        self._cf = database.column_family(self._family_name)
+        self.entries = database.column_family(self._family_name)
         self._handle = database.handles[self._family_name]
 
     def unbind(self, path: str) -> None:
         self._database = None
-        self._cf = ClosedColumnFamily(path)
+        self.entries = ClosedColumnFamily(path)
         self._handle = None
 
     def _prefix(self, namespace: bytes) -> bytes:
@@ -66,6 +67,6 @@ class ColumnFamilyStore:
 
     def _delete_prefix(self, prefix: bytes) -> None:
         try:
-            self._cf.delete_range(prefix, prefix_successor(prefix))
+            self.entries.delete_range(prefix, prefix_successor(prefix))
         except Exception as error:
             raise self._fail(error, "clear") from error

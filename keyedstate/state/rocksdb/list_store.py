@@ -39,7 +39,7 @@ class RocksDBListStore(ColumnFamilyStore, ListStore):
         deserialize = self._deserialize
         entries = []
         try:
-            for key, data in self._cf.items(from_key=prefix):
+            for key, data in self.entries.items(from_key=prefix):
                 if not key.startswith(prefix):
                     break
                 entries.append(deserialize(data))
@@ -51,7 +51,7 @@ class RocksDBListStore(ColumnFamilyStore, ListStore):
         cached = self._next_sequences.get(prefix)
         if cached is not None:
             return cached
-        iterator = self._cf.iter()
+        iterator = self.entries.iter()
         iterator.seek_for_prev(prefix + _LAST_SEQUENCE)
         if iterator.valid():
             key = iterator.key()
@@ -71,7 +71,7 @@ class RocksDBListStore(ColumnFamilyStore, ListStore):
         try:
             sequence = self._next_sequence(prefix)
             if len(serialized) == 1:
-                self._cf.put(prefix + pack_sequence(sequence), serialized[0])
+                self.entries.put(prefix + pack_sequence(sequence), serialized[0])
             else:
                 batch = self._database.new_batch()
                 for offset, data in enumerate(serialized):

@@ -24,7 +24,7 @@ class RocksDBMapStore(ColumnFamilyStore, MapStore):
     def get(self, namespace: bytes, user_key: Any) -> Any:
         key = self._prefix(namespace) + self._encode(user_key)
         try:
-            data = self._cf.get(key)
+            data = self.entries.get(key)
         except Exception as error:
             raise self._fail(error, "read") from error
         return MISSING if data is None else self._deserialize(data)
@@ -33,7 +33,7 @@ class RocksDBMapStore(ColumnFamilyStore, MapStore):
         key = self._prefix(namespace) + self._encode(user_key)
         data = self._serialize(entry)
         try:
-            self._cf.put(key, data)
+            self.entries.put(key, data)
         except Exception as error:
             raise self._fail(error, "write") from error
 
@@ -49,14 +49,14 @@ class RocksDBMapStore(ColumnFamilyStore, MapStore):
     def remove(self, namespace: bytes, user_key: Any) -> None:
         key = self._prefix(namespace) + self._encode(user_key)
         try:
-            self._cf.delete(key)
+            self.entries.delete(key)
         except Exception as error:
             raise self._fail(error, "write") from error
 
     def contains(self, namespace: bytes, user_key: Any) -> bool:
         key = self._prefix(namespace) + self._encode(user_key)
         try:
-            return self._cf.get(key) is not None
+            return self.entries.get(key) is not None
         except Exception as error:
             raise self._fail(error, "read") from error
 
@@ -68,14 +68,14 @@ class RocksDBMapStore(ColumnFamilyStore, MapStore):
         start = len(prefix)
         deserialize = self._deserialize
         # A RocksDB iterator reads a consistent snapshot, so callers may modify the map while iterating.
-        for key, data in self._cf.items(from_key=prefix):
+        for key, data in self.entries.items(from_key=prefix):
             if not key.startswith(prefix):
                 return
             yield decode_key(key, start)[0], deserialize(data)
 
     def is_empty(self, namespace: bytes) -> bool:
         prefix = self._prefix(namespace)
-        iterator = self._cf.iter()
+        iterator = self.entries.iter()
         iterator.seek(prefix)
         return not (iterator.valid() and iterator.key().startswith(prefix))
 

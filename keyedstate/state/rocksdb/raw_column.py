@@ -25,39 +25,39 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
 
     def bind(self, database: Any) -> None:
         self._database = database
-        self._cf = self._handle = None
+        self.entries = self._handle = None
         self._existing()
 
     def _existing(self) -> Any:
         """The column family if the database has it (a replayed changelog may have created it), else None."""
         family = self._database.column_families.get(self._family_name)
         if family is not None:
-            self._cf = family
+            self.entries = family
             self._handle = self._database.handles[self._family_name]
         return family
 
     def _for_write(self) -> Any:
-        family = self._cf
+        family = self.entries
         if family is None and self._existing() is None:
             super().bind(self._database)  # creates the column family
-            family = self._cf
+            family = self.entries
         return family
 
     def get(self, key: bytes) -> bytes | None:
-        family = self._cf
+        family = self.entries
         if family is None and self._existing() is None:
             return None
         try:
-            return self._cf.get(key)
+            return self.entries.get(key)
         except Exception as error:
             raise self._fail(error, "read") from error
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        family = self._cf
+        family = self.entries
         if family is None and self._existing() is None:
             return [None] * len(keys)
         try:
-            return self._cf.get(keys)  # one multi-get
+            return self.entries.get(keys)  # one multi-get
         except Exception as error:
             raise self._fail(error, "read") from error
 
@@ -69,28 +69,28 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
             raise self._fail(error, "write") from error
 
     def delete(self, key: bytes) -> None:
-        family = self._cf
+        family = self.entries
         if family is None and self._existing() is None:
             return
         try:
-            self._cf.delete(key)
+            self.entries.delete(key)
         except Exception as error:
             raise self._fail(error, "write") from error
 
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        family = self._cf
+        family = self.entries
         if family is None and self._existing() is None:
             return iter(())
-        family = self._cf
+        family = self.entries
         iterator = family.items(from_key=start) if start is not None else family.items()
         return _until(iterator, end)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
-        family = self._cf
+        family = self.entries
         if family is None and self._existing() is None:
             return
         try:
-            self._cf.delete_range(start, end)
+            self.entries.delete_range(start, end)
         except Exception as error:
             raise self._fail(error, "write") from error
 

@@ -1,44 +1,40 @@
 """The RocksDB store of value, reducing and aggregating state: one RocksDB key per (key, namespace), with the
-one-entry memo :class:`~keyedstate.state.rocksdb.primitives.RocksDBValueState` reads and writes directly."""
+one-entry memo :class:`~keyedstate.state.primitives.value_state.MemoValueState` reads and writes directly."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from keyedstate.state.base.layout import EntryCodec
-from keyedstate.state.base.stores import ValueStore
+from keyedstate.state.base.stores import NOT_KEPT, ValueStore
 from keyedstate.state.rocksdb.column_family_store import ColumnFamilyStore
 
-__all__ = ["NOT_KEPT", "RocksDBValueStore"]
-
-NOT_KEPT = object()
-"""``RocksDBValueStore.memo_value`` when the memo holds only the serialized entry (a mutable value is never handed
-out twice: RocksDB state returns a fresh copy from every ``value()``, as Flink's does)."""
+__all__ = ["RocksDBValueStore"]
 
 
 class RocksDBValueStore(ColumnFamilyStore, ValueStore):
-    """One RocksDB key per (key, namespace): the hottest path of the backend.
+    """One RocksDB key per (key, namespace), the hottest path of the backend: a ``MemoValueAccess``.
 
-    Without TTL, reads call the descriptor's serializer and type check directly and fall back to the codec (which
-    builds the error messages) only when either fails, saving three Python calls per read and one per write.
+    Without TTL, reads call the descriptor's serializer and type check directly (``decode``, ``accepts``) and fall
+    back to the codec (which builds the error messages) only when either fails, saving three Python calls per read
+    and one per write.
 
-    The last entry :class:`~keyedstate.state.rocksdb.primitives.RocksDBValueState` wrote is kept here and written
+    The last entry :class:`~keyedstate.state.primitives.value_state.MemoValueState` wrote is kept here and written
     to RocksDB only when that state writes another key, or before anything else reads or writes the column family
     (this store's own methods, :meth:`write_pending`, which the backend calls before iterating, snapshots and
     changelogs, and before the database is closed or handed on). Elements arrive in runs of one key, so a key
     updated for every element is written once per run, and read back from here instead of RocksDB.
     """
 
-    __slots__ = ("fast_deserialize", "fast_serialize", "_accepts", "_exact_types", "memo_key", "memo_value",
-                 "memo_data")
+    __slots__ = ("decode", "encode", "accepts", "exact_types", "memo_key", "memo_value", "memo_data")
 
     def __init__(self, backend: Any, family_name: str, codec: EntryCodec, name: str) -> None:
         super().__init__(backend, family_name, codec, name)
         type_info = codec.descriptor.type_info
-        self.fast_deserialize = self._deserialize if codec.has_ttl else type_info.serializer.deserialize
-        self.fast_serialize = self._serialize if codec.has_ttl else type_info.serializer.serialize
-        self._accepts = None if codec.has_ttl or type_info.accepts_any else type_info.accepts
-        self._exact_types = type_info.exact_types
+        self.decode = self._deserialize if codec.has_ttl else type_info.serializer.deserialize
+        self.encode = self._serialize if codec.has_ttl else type_info.serializer.serialize
+        self.accepts = None if codec.has_ttl or type_info.accepts_any else type_info.accepts
+        self.exact_types = type_info.exact_types
 
     def bind(self, database: Any) -> None:
         self.forget_memo()  # a (re)bound store may face other data (a reset, another database)
@@ -59,7 +55,7 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
         if data is not None:
             self.memo_data = None
             try:
-                self._cf.put(self.memo_key, data)
+                self.entries.put(self.memo_key, data)
             except Exception as error:
                 self.forget_memo()
                 raise self._fail(error, "write") from error
@@ -69,7 +65,7 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
             self.write_pending()
             self.forget_memo()
         try:
-            data = self._cf.get(self._backend.key_prefix + namespace)
+            data = self.entries.get(self._backend.key_prefix + namespace)
         except TypeError:
             self._backend.get_current_key()
             raise
@@ -78,11 +74,11 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
         if data is None:
             return None
         try:
-            value = self.fast_deserialize(data)
+            value = self.decode(data)
         except Exception:
             return self._deserialize(data)  # raises the codec's error naming the state
-        accepts = self._accepts
-        if accepts is None or type(value) in self._exact_types or value is None or accepts(value):
+        accepts = self.accepts
+        if accepts is None or type(value) in self.exact_types or value is None or accepts(value):
             return value
         return self._deserialize(data)  # raises StateTypeMismatchError naming the state and both types
 
@@ -92,11 +88,11 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
             self.forget_memo()
         # Serialized before the write: a value that cannot be serialized writes nothing.
         try:
-            data = self.fast_serialize(entry)
+            data = self.encode(entry)
         except Exception:
             data = self._serialize(entry)  # raises the codec's error naming the state
         try:
-            self._cf.put(self._backend.key_prefix + namespace, data)
+            self.entries.put(self._backend.key_prefix + namespace, data)
         except TypeError:
             self._backend.get_current_key()
             raise
@@ -109,6 +105,6 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
             self.forget_memo()
         key = self._prefix(namespace)
         try:
-            self._cf.delete(key)
+            self.entries.delete(key)
         except Exception as error:
             raise self._fail(error, "clear") from error
