@@ -261,7 +261,7 @@ class GroupRuntime:
         firing = perf_counter()
         operator.advance_processing_time(now)
         metrics.timer_s += perf_counter() - firing
-        self.backend.cleanup_expired_state()
+        self.store.cleanup_expired_state()
         keys_with_state = self.store.keys_with_state() if self.spec.emits_metrics else 0
         written = self._persist(key_group, group_state, batch_id, watermark, now)
         marks = operator.outputs.key_marks

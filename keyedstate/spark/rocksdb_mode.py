@@ -322,6 +322,11 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             if lock is not None:
                 self.local.release(lock)
 
+    def cleanup_expired_state(self) -> None:
+        """Nothing per call: scanning every entry of a large key group each call would cost what the RocksDB mode
+        exists to avoid. Expired entries are never returned (reads check the TTL) and are removed from storage when
+        the next base snapshot is taken (the backend's ``checkpoint``)."""
+
     def keys_with_state(self) -> int:
         return self.backend.estimate_keys_with_state()
 

@@ -59,6 +59,10 @@ class KeyGroupStore(ABC):
     def keys_with_state(self) -> int:
         """Keys holding state in the current key group (for metrics; RocksDB mode: RocksDB's estimate)."""
 
+    def cleanup_expired_state(self) -> None:
+        """At the end of a call, before :meth:`save`: delete the expired TTL entries of the key group."""
+        self.backend.cleanup_expired_state()
+
     base_bytes_written = 0
     """Of the bytes the last :meth:`save` wrote, those of a new base snapshot (RocksDB mode; for metrics)."""
 

@@ -140,12 +140,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
                 return -1
         return total
 
-    def cleanup_expired_state(self) -> int:
-        """Nothing per call: scanning every entry of a large key group each call would cost what the RocksDB mode
-        exists to avoid. Expired entries are never returned (reads check the TTL) and are removed from storage when
-        the next base snapshot is taken (:meth:`checkpoint`)."""
-        return 0
-
     def _check_registered_against_database(self) -> None:
         for name, metadata in list(self._restored_metadata.items()):
             registered = self._states.get(name)
