@@ -58,6 +58,7 @@ from keyedstate.state.key_groups.store import KeyGroupStore
 from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
+from keyedstate.state.rocksdb.recording import KeyGroupDatabases
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
 __all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage"]
@@ -114,7 +115,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         self._lock: Optional[int] = None
         # The backend needs an open database before any key group is opened (the function's open() registers its
         # states): an empty one of this worker process, never written to afterwards.
-        self.backend: KeyGroupRocksDBBackend = KeyGroupRocksDBBackend(
+        self.backend: KeyGroupDatabases = KeyGroupRocksDBBackend(
             self.local.idle_path(), num_key_groups=num_key_groups, ttl_clock=ttl_clock, options=options)
         self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
         self._handle: Optional[str] = None  # the path the call's database was opened with

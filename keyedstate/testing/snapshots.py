@@ -24,6 +24,7 @@ from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_store import Records, RowKeyGroupStore
 from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
+from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.key_group_slices import (
     checkpoint_key_group,
@@ -148,7 +149,8 @@ class HarnessVersionStore:
     unchanged key groups keep their row. Nothing is ever deleted from ``storage``: every snapshot a test took stays
     restorable (any number of harnesses may restore it and go on writing)."""
 
-    def __init__(self, backend: Any, storage: CheckpointStorage, policy: Optional[SnapshotPolicy] = None) -> None:
+    def __init__(self, backend: RocksDBKeyedStateBackend, storage: CheckpointStorage,
+                 policy: Optional[SnapshotPolicy] = None) -> None:
         self.backend = backend
         self.storage = storage
         self.num_key_groups = backend.num_key_groups
@@ -235,6 +237,7 @@ def harness_store(backend: KeyedStateBackend, checkpoint_dir: str) -> Any:
     if backend.backend_kind == "heap":
         return HarnessRowStore(backend)
     if backend.backend_kind == "rocksdb":
+        assert isinstance(backend, RocksDBKeyedStateBackend)
         return HarnessVersionStore(backend, CheckpointStorage(checkpoint_dir))
     raise ConfigurationError(
         f"the harness snapshots heap and RocksDB backends, got a backend of kind {backend.backend_kind!r}"

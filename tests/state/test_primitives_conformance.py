@@ -16,7 +16,6 @@ from keyedstate import (
     ValueStateDescriptor,
 )
 from keyedstate.errors import (
-    ConfigurationError,
     NoKeyContextError,
     NullKeyError,
     SerializationError,
@@ -25,6 +24,7 @@ from keyedstate.errors import (
     UnsupportedKeyTypeError,
 )
 from keyedstate.state.base import StateMetadata
+from keyedstate.state.rocksdb.changelog import ChangeLog
 from tests.state.sample_descriptors import Average
 
 
@@ -303,19 +303,24 @@ class TestBadInput:
         assert backend.state_metadata() == [StateMetadata.of(ValueStateDescriptor("x", int))]
 
 
-def test_the_backend_interface_declares_what_the_key_group_stores_call(backend):
+def test_every_backend_implements_exactly_the_interfaces_it_declares(backend):
+    """KeyedStateBackend declares what every backend does; the RocksDB-only protocol of RocksDB mode's store is its own
+    interface (no backend has methods that only raise)."""
     from keyedstate.state.base import KeyedStateBackend
+    from keyedstate.state.rocksdb.recording import KeyGroupDatabases, RecordingBackend
 
     for method in ("export_records", "load_stored_records", "reset", "count_keys_with_state", "raw_column_names",
-                   "prepare_snapshot", "take_changes", "replay", "is_empty", "checkpoint", "state_metadata",
-                   "open_key_group", "attach_key_group", "detach_key_group", "close_key_group", "start_recording",
-                   "estimate_keys_with_state"):
+                   "prepare_snapshot", "state_metadata", "cleanup_expired_state"):
         assert callable(getattr(KeyedStateBackend, method)) and callable(getattr(backend, method))
-    if not hasattr(backend, "attached"):  # Spark's key-group backend opens key group databases
-        with pytest.raises(ConfigurationError, match="open_key_group.*one local database per key group"):
-            backend.open_key_group("elsewhere")
-    if backend.backend_kind == "heap":  # row mode moves records; only a backend that records writes has changes
-        with pytest.raises(ConfigurationError, match="take_changes.*records its writes"):
-            backend.take_changes()
-    else:
-        assert not backend.take_changes()
+    interfaces = {
+        RecordingBackend: ("take_changes", "replay", "is_empty", "checkpoint"),
+        KeyGroupDatabases: ("open_key_group", "attach_key_group", "detach_key_group", "close_key_group",
+                            "start_recording", "estimate_keys_with_state", "estimate_state_bytes"),
+    }
+    for interface, methods in interfaces.items():
+        assert all(callable(getattr(interface, method)) for method in methods)
+        assert not any(hasattr(KeyedStateBackend, method) for method in methods)
+        assert all(hasattr(backend, method) for method in methods) == isinstance(backend, interface)
+    assert isinstance(backend, RecordingBackend) == (backend.backend_kind == "rocksdb")
+    if isinstance(backend, RecordingBackend):
+        assert isinstance(backend.take_changes(), ChangeLog)

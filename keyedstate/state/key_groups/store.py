@@ -37,8 +37,9 @@ _BACKEND_OF_FORMAT = {STATE_ROW_FORMAT_FULL: HEAP, STATE_ROW_FORMAT_ROCKSDB: ROC
 class KeyGroupStore(ABC):
     """Loads a key group's state into :attr:`backend` and saves it into the group's committed row.
 
-    Every method a store calls on its backend is declared on :class:`KeyedStateBackend`; those only some backends
-    can do (recorded changes, one local database per key group) raise ConfigurationError on the others."""
+    Row mode's store calls what :class:`KeyedStateBackend` declares; RocksDB mode's also what a
+    :class:`~keyedstate.state.rocksdb.recording.KeyGroupDatabases` backend does (recorded changes, one local database
+    per key group)."""
 
     backend: KeyedStateBackend
 

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from keyedstate.errors import UnknownStateError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key
 from keyedstate.serialization import decode_key
-from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.backend import StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
@@ -22,6 +22,7 @@ from keyedstate.state.rocksdb.map_store import RocksDBMapStore
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.primitives import RocksDBValueState
 from keyedstate.state.rocksdb.raw_column import RocksDBRawColumn
+from keyedstate.state.rocksdb.recording import RecordingBackend
 from keyedstate.state.rocksdb.value_store import RocksDBValueStore
 
 __all__ = ["RocksDBKeyedStateBackend"]
@@ -35,7 +36,7 @@ _CLEANUP_BATCH = 10_000
 _AFTER_EVERY_KEY = b"\xff\xff\xff"
 
 
-class RocksDBKeyedStateBackend(KeyedStateBackend):
+class RocksDBKeyedStateBackend(RecordingBackend):
     """Keyed state in a local RocksDB database at ``path`` (one column family per state, WAL off).
 
     With ``record_changes`` every write is also recorded (:meth:`take_changes`): key groups are then saved as the
@@ -342,7 +343,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._cleanup_expired(only_snapshot_cleanup=False)
         self._database.checkpoint(target)
 
-    def replay(self, changes: Any) -> None:
+    def replay(self, changes: ChangeLog) -> None:
         """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
         again: it is stored already)."""
         self.write_pending_values(forget=True)
