@@ -39,13 +39,19 @@ import logging
 import os
 import shutil
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from enum import Enum
 from typing import Any, Optional
 
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.locations import last_segment
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
+from keyedstate.errors import (
+    SnapshotCorruptedError,
+    StateBackendError,
+    StateStorageConflictError,
+    StateVersionNotRetainedError,
+)
 from keyedstate.redaction import redact_uri, without_credentials
 from keyedstate.spark.compat import current_query_id, current_run_id, task_partition_id
 from keyedstate.spark.local_changelogs import LocalChangelogs
@@ -61,7 +67,7 @@ from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
 from keyedstate.state.rocksdb.recording import KeyGroupDatabases
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
-__all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage"]
+__all__ = ["RocksDBKeyGroupStore", "KeyGroupCall", "CallStatus", "default_local_dir", "default_state_storage"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
@@ -83,6 +89,40 @@ def default_state_storage() -> str:
     ``$KEYEDSTATE_STATE_STORAGE``, else ``~/.keyedstate/state-storage``."""
     return os.environ.get("KEYEDSTATE_STATE_STORAGE") or os.path.join(
         os.path.expanduser("~"), ".keyedstate", "state-storage")
+
+
+class CallStatus(Enum):
+    """How far a key group's call got; each step of the store checks that it runs in order."""
+
+    LOADING = "loading"  # load() runs: the call may hold a copy of the database, at no committed version yet
+    LOADED = "loaded"  # the backend is bound to the key group's database at the committed version
+    SAVED = "saved"  # save() stored the call's writes as a version (tag) and wrote the row naming it
+    FAILED = "failed"  # load() or save() raised: finish() keeps nothing of the database
+
+
+_NEXT = {CallStatus.LOADING: (CallStatus.LOADED, CallStatus.FAILED),
+         CallStatus.LOADED: (CallStatus.SAVED, CallStatus.FAILED), CallStatus.SAVED: (), CallStatus.FAILED: ()}
+
+
+@dataclass
+class KeyGroupCall:
+    """One call of a key group: the version it starts from, the local database it holds, and its status."""
+
+    key_group: int
+    record: Optional[VersionRecord] = None  # the committed version (None: the group has no state yet)
+    bootstrapped: bool = False  # record is the initial state's version, not one the query committed
+    versions: Any = None  # the KeyGroupVersions the call writes, and reads unless bootstrapped
+    path: str = ""  # the local database's directory, once the call holds one
+    lock: Optional[int] = None  # its lock, released by finish()
+    handle: str = ""  # the path the database was opened with
+    tag: Optional[str] = None  # the version save() wrote (None: save removed the row)
+    status: CallStatus = CallStatus.LOADING
+
+    def advance(self, status: CallStatus) -> None:
+        if status not in _NEXT[self.status]:
+            raise StateBackendError(f"key group {self.key_group}'s call is {self.status.value}: it cannot become "
+                                    f"{status.value}")
+        self.status = status
 
 
 class RocksDBKeyGroupStore(KeyGroupStore):
@@ -112,15 +152,12 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         self.open: Optional[OpenDatabases] = open_databases_of(self.local) if keep_open else None
         if self.open is not None:
             self.open.limit_families(options.memtable_budget_bytes, ARENA_BLOCK_BYTES)
-        self._lock: Optional[int] = None
         # The backend needs an open database before any key group is opened (the function's open() registers its
         # states): an empty one of this worker process, never written to afterwards.
         self.backend: KeyGroupDatabases = KeyGroupRocksDBBackend(
             self.local.idle_path(), num_key_groups=num_key_groups, ttl_clock=ttl_clock, options=options)
-        self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
-        self._handle: Optional[str] = None  # the path the call's database was opened with
-        self._saved_tag: Optional[str] = None
-        self._bootstrapped = False  # this call restored the bootstrap's version, not a committed one
+        self.call: Optional[KeyGroupCall] = None
+        """The key group's call between load() and finish(); None between calls."""
 
     def _storage(self, query_id: str) -> CheckpointStorage:
         storage = self._storages.get(query_id)
@@ -131,90 +168,121 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         return storage
 
     def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
-        query_id = self.scope[0] if self.scope else current_query_id() or _NO_QUERY
-        local = self.local
-        local.sweep()
-        record = self._committed_record(group_state)
-        self._bootstrapped = False
-        if record is not None:
-            check_origin(key_group, record.origin or None, self.initial_state)
-        elif self.initial_state is not None and self.initial_state.holds(key_group):
-            row = self.initial_state.row(key_group)
+        if self.call is not None:
+            raise StateBackendError(f"key group {key_group}'s call starts before key group {self.call.key_group}'s "
+                                    f"finished")
+        call = self.call = KeyGroupCall(key_group)
+        try:
+            self._read_committed(call, group_state)
+            query_id = self._find_versions(call, batch_id)
+            if not self._attach_kept(call, query_id, batch_id):
+                self._open_local(call, query_id, batch_id)
+            timer_service.reload_key_group(key_group)
+        except BaseException:
+            call.advance(CallStatus.FAILED)
+            raise
+        call.advance(CallStatus.LOADED)
+
+    def _read_committed(self, call: KeyGroupCall, group_state: Any) -> None:
+        """The version the call starts from: the committed row's, else the initial state's."""
+        call.record = committed_version(group_state, self.num_key_groups)
+        if call.record is not None:
+            check_origin(call.key_group, call.record.origin or None, self.initial_state)
+        elif self.initial_state is not None and self.initial_state.holds(call.key_group):
+            row = self.initial_state.row(call.key_group)
             assert row is not None
-            record = VersionRecord.from_bytes(row.state)
-            self._bootstrapped = True
+            call.record, call.bootstrapped = VersionRecord.from_bytes(row.state), True
+
+    def _find_versions(self, call: KeyGroupCall, batch_id: Optional[int]) -> str:
+        """The key group's versions in this query's storage, refusing a storage another run or setting writes."""
+        query_id = self.scope[0] if self.scope else current_query_id() or _NO_QUERY
         storage = self._storage(query_id)
         run_id = current_run_id()
         if run_id is not None and self.scope is None:
             check_single_writer(storage, run_id, batch_id)
+        record = call.record
         if (record is not None and record.location and without_credentials(record.location) != storage.location
-                and not self._bootstrapped):
-            raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
-        versions = KeyGroupVersions(storage, key_group, self.num_key_groups,
-                                    cache=LocalChangelogs(local.changelogs_path(query_id, self.uid, key_group)))
-        copies = local.copies(query_id, self.uid, key_group)
-        kept_path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
-        if kept is not None and not local.owns(kept_path, kept.lock):  # deleted under it: not ours any more
-            abandon(local, kept_path, kept.database)
+                and not call.bootstrapped):
+            raise StateStorageConflictError(_moved_message(call.key_group, record, storage.location, self.uid))
+        call.versions = KeyGroupVersions(storage, call.key_group, self.num_key_groups, cache=LocalChangelogs(
+            self.local.changelogs_path(query_id, self.uid, call.key_group)))
+        return query_id
+
+    def _attach_kept(self, call: KeyGroupCall, query_id: str, batch_id: Optional[int]) -> bool:
+        """Bind the backend to a copy of the key group's database this process keeps open, when it holds the
+        committed version or catches up to it; a kept copy that cannot stays the call's (closed, to be rebuilt)."""
+        local = self.local
+        local.sweep()
+        copies = local.copies(query_id, self.uid, call.key_group)
+        path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
+        if kept is None or path is None:
+            return False
+        if not local.owns(path, kept.lock):  # deleted under it: not ours any more
+            abandon(local, path, kept.database)
             local.release(kept.lock)
-            kept = None
-        self._saved_tag = None
-        if kept is not None:
-            assert kept_path is not None
-            path = kept_path
-            self._lock = kept.lock  # released in finish(), which the group function always calls
-            self._call = (path, record, versions)
-            if self._still_current(kept, record, path):
-                self.backend.attach_key_group(kept.database)
-                self._handle = kept.database.path
-                timer_service.reload_key_group(key_group)
-                return
-            missed = self._missed_changelogs(kept.tag, record, versions, key_group, batch_id) if (
-                kept.database.settings == self.options and os.path.exists(os.path.join(path, "CURRENT"))) else None
-            if missed is not None:
-                self.backend.attach_key_group(kept.database)
-                self._handle = kept.database.path
-                self._catch_up(missed, key_group, batch_id, path)
-                timer_service.reload_key_group(key_group)
-                return
+            return False
+        call.path, call.lock = path, kept.lock  # released in finish(), which the group function always calls
+        record = call.record
+        missed: Optional[list] = None
+        if (record is not None and kept.tag == record.tag and kept.database.settings == self.options
+                and os.path.exists(os.path.join(path, "CURRENT"))):
+            missed = []  # still current (and its directory was not removed under it)
+        elif kept.database.settings == self.options and os.path.exists(os.path.join(path, "CURRENT")):
+            missed = self._missed_changelogs(call, kept.tag, batch_id)
+        if missed is None:
             _close_quietly(kept.database)  # a failed attempt's writes, or a version Spark did not commit
             local.drop_handle(kept.database.path)
-        else:
+            return False
+        self.backend.attach_key_group(kept.database)
+        call.handle = kept.database.path
+        self._catch_up(call, missed, batch_id)
+        return True
+
+    def _open_local(self, call: KeyGroupCall, query_id: str, batch_id: Optional[int]) -> None:
+        """Open a copy of the key group's database on disk at the committed version: as it is, caught up by the
+        changelogs it missed, or rebuilt from storage."""
+        local, record = self.local, call.record
+        tag = None  # a kept copy that could not serve the call is rebuilt
+        if not call.path:
+            copies = local.copies(query_id, self.uid, call.key_group)
             os.makedirs(os.path.dirname(copies[0]), exist_ok=True)
-            path, self._lock = self._claim_copy(copies, record, versions)
-            self._call = (path, record, versions)
+            call.path, call.lock = self._claim_copy(copies, record, call.versions)
             if self.open is not None:
-                self.open.use(path)
+                self.open.use(call.path)
+            tag = local.read_tag(call.path)
+        missed: Optional[list] = None
         changelogs: list = []
-        missed = None
         if record is None:
-            shutil.rmtree(path, ignore_errors=True)
-        elif kept is None and (tag := local.read_tag(path)) != record.tag and not self._bootstrapped:
-            missed = self._missed_changelogs(tag, record, versions, key_group, batch_id)
-        if record is not None and missed is None and (kept is not None or local.read_tag(path) != record.tag):
-            source = versions
-            if self._bootstrapped:
-                assert self.initial_state is not None
-                source = KeyGroupVersions(self.initial_state.storage(), key_group, self.num_key_groups)
-            logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
-                        key_group, batch_id, source.storage.location, record.base_batch, len(record.changelogs))
-            try:
-                changelogs = source.restore(record, path)
-            except SnapshotCorruptedError as error:
-                explained = _not_retained(key_group, batch_id, source, self.retain_batches, error)
-                if explained is None:
-                    raise
-                raise explained from error
-        os.makedirs(path, exist_ok=True)
-        local.remove_tag(path)  # from here until finish() the database may differ from every committed version
+            shutil.rmtree(call.path, ignore_errors=True)
+        elif tag != record.tag:
+            missed = self._missed_changelogs(call, tag, batch_id)
+            if missed is None:
+                changelogs = self._rebuild(call, batch_id)
+        os.makedirs(call.path, exist_ok=True)
+        local.remove_tag(call.path)  # from here until finish() the database may differ from every committed version
         # opened through a handle of this process: see LocalDatabases.handle and finish()
-        self._handle = local.handle(path)
-        self.backend.open_key_group(self._handle, record_changes=record is not None)
-        if missed is not None:
-            self._catch_up(missed, key_group, batch_id, path)
+        call.handle = local.handle(call.path)
+        self.backend.open_key_group(call.handle, record_changes=record is not None)
+        self._catch_up(call, missed or [], batch_id)
         for changelog in changelogs:
             self.backend.replay(changelog)
-        timer_service.reload_key_group(key_group)
+
+    def _rebuild(self, call: KeyGroupCall, batch_id: Optional[int]) -> list:
+        """Download the committed version's base into the call's directory; returns the changelogs to replay."""
+        record, source = call.record, call.versions
+        assert record is not None
+        if call.bootstrapped:
+            assert self.initial_state is not None
+            source = KeyGroupVersions(self.initial_state.storage(), call.key_group, self.num_key_groups)
+        logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
+                    call.key_group, batch_id, source.storage.location, record.base_batch, len(record.changelogs))
+        try:
+            return source.restore(record, call.path)
+        except SnapshotCorruptedError as error:
+            explained = _not_retained(call.key_group, batch_id, source, self.retain_batches, error)
+            if explained is None:
+                raise
+            raise explained from error
 
     def _claim_copy(self, copies: list[str], record: Optional[VersionRecord],
                     versions: KeyGroupVersions) -> tuple[str, int]:
@@ -242,83 +310,87 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             return copies[0], self.local.acquire(copies[0])
         return best[1], best[2]
 
-    def _missed_changelogs(self, tag: Optional[str], record: Optional[VersionRecord], versions: KeyGroupVersions,
-                           key_group: int, batch_id: Optional[int]) -> Optional[list]:
-        if record is None or self._bootstrapped:
+    def _missed_changelogs(self, call: KeyGroupCall, tag: Optional[str], batch_id: Optional[int]) -> Optional[list]:
+        """The changelogs that bring a copy at version ``tag`` to the committed one, or None (it is rebuilt)."""
+        if call.record is None or call.bootstrapped:
             return None
         try:
-            return versions.changelogs_after(record, tag)
+            return call.versions.changelogs_after(call.record, tag)
         except SnapshotCorruptedError as error:
-            explained = _not_retained(key_group, batch_id, versions, self.retain_batches, error)
+            explained = _not_retained(call.key_group, batch_id, call.versions, self.retain_batches, error)
             if explained is None:
                 raise
             raise explained from error
 
-    def _catch_up(self, missed: list, key_group: int, batch_id: Optional[int], path: str) -> None:
-        logger.debug("key group %d, batch %s: %s catches up by %d changelogs", key_group, batch_id, path, len(missed))
+    def _catch_up(self, call: KeyGroupCall, missed: list, batch_id: Optional[int]) -> None:
+        if missed:
+            logger.debug("key group %d, batch %s: %s catches up by %d changelogs", call.key_group, batch_id,
+                         call.path, len(missed))
         for changelog in missed:
             self.backend.replay(changelog)
 
-    def _still_current(self, kept: Any, record: Optional[VersionRecord], path: str) -> bool:
-        """A kept database serves the call only if it holds the committed version, was opened with this store's
-        options, and its directory was not removed under it (disk cleanup, a test losing local databases)."""
-        return (record is not None and kept.tag == record.tag and kept.database.settings == self.options
-                and os.path.exists(os.path.join(path, "CURRENT")))
-
-    def _committed_record(self, group_state: Any) -> Optional[VersionRecord]:
-        return committed_version(group_state, self.num_key_groups)
-
     def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
              has_timers: bool) -> tuple[bool, int]:
-        assert self._call is not None
-        path, record, versions = self._call
+        call = self.call
+        if call is None or call.status is not CallStatus.LOADED:
+            raise StateBackendError(f"key group {key_group} is saved before it was loaded")
+        try:
+            kept, written = self._store_version(call, group_state, batch_id)
+        except BaseException:
+            call.advance(CallStatus.FAILED)
+            raise
+        call.advance(CallStatus.SAVED)
+        return kept, written
+
+    def _store_version(self, call: KeyGroupCall, group_state: Any, batch_id: Optional[int]) -> tuple[bool, int]:
+        record = call.record
         changes = self.backend.take_changes()
         self.base_bytes_written = 0
         if record is None and self.backend.is_empty():
             group_state.remove()  # nothing was ever stored for this group
             return False, 0
-        new, written = save_version(self.backend, versions, record, changes, batch_id if batch_id is not None else 0,
-                                    self.policy, self.retain_batches, path, full_base=self._bootstrapped)
+        new, written = save_version(self.backend, call.versions, record, changes,
+                                    batch_id if batch_id is not None else 0, self.policy, self.retain_batches,
+                                    call.path, full_base=call.bootstrapped)
         assert new is not None
         if new.origin != self.origin:
             new = replace(new, origin=self.origin)
         group_state.update(version_row(self.num_key_groups, new))
-        self._saved_tag = new.tag
+        call.tag = new.tag
         if new is not record and (record is None or new.base_batch != record.base_batch):
             self.base_bytes_written = written  # the new base, with the changelog that bridges to it
         return True, written
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
-        call, self._call = self._call, None
-        lock, self._lock = self._lock, None
-        handle, self._handle = self._handle, None
+        call, self.call = self.call, None
         timer_service.forget_key_group(key_group)
+        if call is None or not call.path:  # load failed before the call held a database
+            return
+        lock, handle = call.lock, call.handle
         try:
-            if call is None:
+            if lock is not None and not self.local.owns(call.path, lock):  # deleted under the call: never write there
+                if handle and self.backend.attached:
+                    abandon(self.local, call.path, self.backend.detach_key_group())
                 return
-            path = call[0]
-            if lock is not None and not self.local.owns(path, lock):  # deleted under the call: never write there
-                if handle is not None and self.backend.attached:
-                    abandon(self.local, path, self.backend.detach_key_group())
-                return
-            tag = self._saved_tag if succeeded else None
+            saved = succeeded and call.status is CallStatus.SAVED
+            tag = call.tag if saved else None
             if tag is not None and self.open is not None and lock is not None:
                 self.backend.start_recording()  # a database opened empty: its whole content is stored already
                 database = self.backend.detach_key_group()
-                if self.open.keep(path, database, tag, lock, moves_with=task_partition_id()):
-                    lock = handle = None  # the kept database holds them
+                if self.open.keep(call.path, database, tag, lock, moves_with=task_partition_id()):
+                    lock, handle = None, ""  # the kept database holds them
                     return
                 database.close()  # another worker process waits for it
             else:
                 self.backend.close_key_group()  # flushes: only then does the directory hold what the tag will claim
             if tag is not None:
-                self.local.write_tag(path, tag)
-            elif succeeded:
-                shutil.rmtree(path, ignore_errors=True)  # the group holds nothing and has no row
+                self.local.write_tag(call.path, tag)
+            elif saved:
+                shutil.rmtree(call.path, ignore_errors=True)  # the group holds nothing and has no row
         finally:
             if self.open is not None:
                 self.open.done()
-            if handle is not None:
+            if handle:
                 self.local.drop_handle(handle)
             if lock is not None:
                 self.local.release(lock)
