@@ -304,23 +304,22 @@ class TestBadInput:
 
 
 def test_every_backend_implements_exactly_the_interfaces_it_declares(backend):
-    """KeyedStateBackend declares what every backend does; the RocksDB-only protocol of RocksDB mode's store is its own
-    interface (no backend has methods that only raise)."""
+    """KeyedStateBackend declares what every backend does; what RocksDB mode's store drives is its own interface
+    (no backend has methods that only raise)."""
     from keyedstate.state.base import KeyedStateBackend
-    from keyedstate.state.rocksdb.recording import KeyGroupDatabases, RecordingBackend
+    from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
+    from keyedstate.state.rocksdb.recording import KeyGroupDatabases
 
     for method in ("export_records", "load_stored_records", "reset", "count_keys_with_state", "raw_column_names",
                    "prepare_snapshot", "state_metadata", "cleanup_expired_state"):
         assert callable(getattr(KeyedStateBackend, method)) and callable(getattr(backend, method))
-    interfaces = {
-        RecordingBackend: ("take_changes", "replay", "is_empty", "checkpoint"),
-        KeyGroupDatabases: ("open_key_group", "attach_key_group", "detach_key_group", "close_key_group",
-                            "start_recording", "estimate_keys_with_state", "estimate_state_bytes"),
-    }
-    for interface, methods in interfaces.items():
-        assert all(callable(getattr(interface, method)) for method in methods)
-        assert not any(hasattr(KeyedStateBackend, method) for method in methods)
-        assert all(hasattr(backend, method) for method in methods) == isinstance(backend, interface)
-    assert isinstance(backend, RecordingBackend) == (backend.backend_kind == "rocksdb")
-    if isinstance(backend, RecordingBackend):
+    recorded = ("take_changes", "replay", "is_empty", "checkpoint")
+    key_groups = ("open_key_group", "attach_key_group", "detach_key_group", "close_key_group", "start_recording",
+                  "estimate_keys_with_state", "estimate_state_bytes")
+    assert not any(hasattr(KeyedStateBackend, method) for method in recorded + key_groups)
+    assert all(callable(getattr(KeyGroupDatabases, method)) for method in recorded + key_groups)
+    assert all(hasattr(backend, method) for method in recorded) == isinstance(backend, RocksDBKeyedStateBackend)
+    assert all(hasattr(backend, method) for method in key_groups) == isinstance(backend, KeyGroupDatabases)
+    assert isinstance(backend, KeyGroupDatabases) == hasattr(backend, "attached")  # Spark's key-group backend
+    if isinstance(backend, RocksDBKeyedStateBackend):
         assert isinstance(backend.take_changes(), ChangeLog)

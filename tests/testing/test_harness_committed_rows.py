@@ -23,7 +23,7 @@ from keyedstate.state.key_groups.row_format import (
     decode_state_payload,
 )
 from keyedstate.state.key_groups.row_store import RowKeyGroupStore
-from keyedstate.state.rocksdb.versions import SnapshotPolicy, VersionRecord
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.testing import KeyedProcessHarness
 from timers import InternalTimerService
 
@@ -246,8 +246,9 @@ def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs
         records.append(VersionRecord.from_bytes(StateRow.from_row(harness.snapshot().rows[key_group]).state))
     assert [r.base is not None for r in records] == [False, False, True, True]
     assert [len(r.changelogs) for r in records] == [1, 2, 0, 1]
-    assert any(entry.name.endswith(".sst") for entry in harness._persistence()._versions(
-        harness._persistence().storage, key_group).read_manifest(records[2].base, records[2].base_batch).files)
+    versions = KeyGroupVersions(harness._persistence().storage, key_group, MAX_PARALLELISM)
+    assert any(entry.name.endswith(".sst")
+               for entry in versions.read_manifest(records[2].base, records[2].base_batch).files)
     snapshot = harness.snapshot()
     harness.close()
     restored = restore_from(snapshot, "rocksdb")
@@ -268,7 +269,7 @@ def test_a_byte_flipped_in_a_stored_file_fails_the_restore_naming_the_file(damag
     if damaged == "changelog":
         relative = record.changelogs[0].path
     else:
-        manifest = harness._persistence()._versions(harness._persistence().storage, key_group).read_manifest(
+        manifest = KeyGroupVersions(harness._persistence().storage, key_group, MAX_PARALLELISM).read_manifest(
             record.base, record.base_batch)
         relative = next(entry.path for entry in manifest.files if entry.name.endswith(".sst"))
     path = os.path.join(snapshot.storage_uri, relative)

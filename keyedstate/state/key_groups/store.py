@@ -9,10 +9,11 @@ Spark's timeout is set -> ``store.finish`` (always, also after a failure). Two k
 
 * format 1, :class:`keyedstate.state.key_groups.row_store.RowKeyGroupStore` (``state_backend="heap"``): the row
   carries the whole state and timers of the group.
-* format 2, :mod:`keyedstate.state.key_groups.versioned` (``state_backend="rocksdb"``): the state lives in RocksDB;
-  the row carries a small version record naming durable files (a base snapshot and changelogs). Spark's store is
-  :class:`keyedstate.spark.rocksdb_mode.RocksDBKeyGroupStore` (one local database per key group); the harness's
-  is :class:`keyedstate.testing.snapshots.HarnessVersionStore` (one database holding every owned key group).
+* format 2, :class:`keyedstate.state.key_groups.versioned.RocksDBKeyGroupStore` (``state_backend="rocksdb"``): the
+  state lives in RocksDB; the row carries a small version record naming durable files (a base snapshot and
+  changelogs). Spark and the harness run the same store: Spark on one local database per key group
+  (:mod:`keyedstate.spark.rocksdb_mode`), the harness on its one database seen one key group at a time
+  (:class:`keyedstate.testing.snapshots.HarnessRocksDBStore`).
 
 This package imports neither pyspark nor anything of :mod:`keyedstate.spark` (Spark imports it, never the reverse).
 """

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import logging
 import os
+from itertools import takewhile
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from keyedstate.errors import UnknownStateError
-from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key, key_group_prefix
 from keyedstate.serialization import decode_key
-from keyedstate.state.base.backend import StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
-from keyedstate.state.rocksdb.changelog import ChangeLog
+from keyedstate.state.rocksdb.changelog import PUT, ChangeLog
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.errors import translate
 from keyedstate.state.rocksdb.list_store import RocksDBListStore
@@ -22,7 +23,6 @@ from keyedstate.state.rocksdb.map_store import RocksDBMapStore
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.primitives import RocksDBValueState
 from keyedstate.state.rocksdb.raw_column import RocksDBRawColumn
-from keyedstate.state.rocksdb.recording import RecordingBackend
 from keyedstate.state.rocksdb.value_store import RocksDBValueStore
 
 __all__ = ["RocksDBKeyedStateBackend"]
@@ -36,7 +36,7 @@ _CLEANUP_BATCH = 10_000
 _AFTER_EVERY_KEY = b"\xff\xff\xff"
 
 
-class RocksDBKeyedStateBackend(RecordingBackend):
+class RocksDBKeyedStateBackend(KeyedStateBackend):
     """Keyed state in a local RocksDB database at ``path`` (one column family per state, WAL off).
 
     With ``record_changes`` every write is also recorded (:meth:`take_changes`): key groups are then saved as the
@@ -167,10 +167,14 @@ class RocksDBKeyedStateBackend(RecordingBackend):
 
     def _stored_metadata(self) -> Iterator[StateMetadata]:
         """The metadata of every state the database describes (registered or not)."""
-        for key, value in self._database.db.items(from_key=METADATA_PREFIX):
-            if not key.startswith(METADATA_PREFIX):
-                break
-            yield StateMetadata.from_json(json.loads(value))
+        for _, _, _, value in self.metadata_changes().ops:
+            yield StateMetadata.from_json(json.loads(value or b""))
+
+    def metadata_changes(self) -> ChangeLog:
+        """Puts of every state's metadata as the database stores it."""
+        items = self._database.db.items(from_key=METADATA_PREFIX)
+        return ChangeLog([(PUT, DEFAULT_CF, key, value) for key, value in takewhile(
+            lambda item: item[0].startswith(METADATA_PREFIX), items)])
 
     def load_metadata_from_database(self) -> None:
         """Read the metadata of the states the database holds (after a restore or replayed changes)."""
@@ -328,8 +332,21 @@ class RocksDBKeyedStateBackend(RecordingBackend):
     def take_changes(self) -> ChangeLog:
         """The writes since the database was opened or the last call (all of its content when not recording)."""
         self.run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
-        database = self._database
-        return database.take_changes() if database.records_changes else database.contents_as_changes()
+        return self._database.take_changes() if self._database.records_changes else self.contents()
+
+    def contents(self, key_group: Optional[int] = None) -> ChangeLog:
+        """Everything the database holds (states, raw columns, state metadata) as puts; with ``key_group``, the
+        entries of that key group only, and the state metadata."""
+        self.write_pending_values()
+        if key_group is None:
+            return self._database.contents_as_changes()
+        start, stop = key_group_prefix(key_group), key_group_prefix(key_group + 1)
+        ops = self.metadata_changes().ops
+        for name, family in self._database.column_families.items():
+            if name != DEFAULT_CF:
+                ops += [(PUT, name, key, value) for key, value in takewhile(
+                    lambda item: item[0] < stop, family.items(from_key=start))]
+        return ChangeLog(ops)
 
     def is_empty(self) -> bool:
         """Whether no state and no raw column (timers) holds an entry."""

@@ -268,13 +268,3 @@ def _holder_hint(path: str) -> str:
     except (OSError, ValueError):
         return " (holder unknown: no owner file)"
 
-
-def open_read_only(path: str) -> Optional[Any]:
-    """Open a checkpoint directory read-only with all its column families (for restores)."""
-    options = rocksdict.Options(raw_mode=True)
-    try:
-        names = rocksdict.Rdict.list_cf(path, options)
-        families = {name: rocksdict.Options(raw_mode=True) for name in names if name != DEFAULT_CF}
-        return rocksdict.Rdict(path, options, column_families=families, access_type=rocksdict.AccessType.read_only(False))
-    except Exception as error:
-        raise translate(error, "open a staged RocksDB snapshot", path) from error

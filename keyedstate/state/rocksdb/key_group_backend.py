@@ -19,13 +19,13 @@ from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.db import STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.options import RocksDBOptions
-from keyedstate.state.rocksdb.recording import KeyGroupDatabases
 
 __all__ = ["KeyGroupRocksDBBackend"]
 
 
-class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend, KeyGroupDatabases):
-    """Opened on the database at ``path``; :meth:`open_key_group` moves it to another key group's database."""
+class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
+    """Opened on the database at ``path``; :meth:`open_key_group` moves it to another key group's database (a
+    :class:`~keyedstate.state.rocksdb.recording.KeyGroupDatabases`)."""
 
     record_changes = True
     collect_on_close = False  # every store is unbound before the database closes
