@@ -135,17 +135,6 @@ class _KeptVersions(KeyGroupVersions):
         return []  # see HarnessRocksDBStore: every harness snapshot stays restorable
 
 
-class _ResidentTimers:
-    """The harness's timers stay in its timer service (they are saved with the states' records): a key group's save
-    or restore reloads none into it and forgets none."""
-
-    def reload_key_group(self, key_group: int) -> None:
-        pass
-
-    def forget_key_group(self, key_group: int) -> None:
-        pass
-
-
 class HarnessRocksDBStore(RocksDBKeyGroupStore):
     """RocksDB mode's store, the one Spark runs, over the harness's RocksDB backend (one database, every owned key
     group). It is its own :class:`~keyedstate.state.rocksdb.recording.KeyGroupDatabases`, the harness's database
@@ -195,20 +184,21 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
             timer_service.reload_key_group(key_group)
 
     def _call(self, key_group: int, row: Optional[tuple[Any, ...]], batch: Optional[int]) -> None:
+        """One call of the store on ``key_group``; the timers stay in the harness's timer service (no timer
+        service: the call neither reloads nor forgets them)."""
         holder = MemoryGroupState(row)
-        timers = _ResidentTimers()
-        self.load(key_group, holder, batch, timers)
+        self.load(key_group, holder, batch, None)
         succeeded = False
         try:
             assert self.call is not None
             if self.call.source is self.call.versions:
-                self.save(key_group, holder, batch, timers, False)
+                self.save(key_group, holder, batch, None, False)
             else:  # loaded from another harness's storage: no version of it is continued here
                 self.rewrite.add(key_group)
                 holder.remove()
             succeeded = True
         finally:
-            self.finish(key_group, timers, succeeded)
+            self.finish(key_group, None, succeeded)
         if holder.exists:
             self.rows[key_group] = holder.get
         else:

@@ -39,7 +39,7 @@ from enum import Enum
 from typing import Any, Optional, Protocol
 
 from keyedstate.errors import SnapshotCorruptedError, StateBackendError, StateVersionNotRetainedError
-from keyedstate.state.base.backend import KeyedStateBackend
+from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.state.key_groups.store import ROCKSDB, KeyGroupStore, committed_row
@@ -47,8 +47,8 @@ from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.recording import KeyGroupDatabases
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
-__all__ = ["RocksDBKeyGroupStore", "CallStatus", "KeyGroupCall", "LocalCopy", "LocalCopies", "TAG_FILE", "read_tag",
-           "write_tag", "remove_tag", "committed_version", "save_version", "version_row"]
+__all__ = ["RocksDBKeyGroupStore", "CallStatus", "KeyGroupCall", "LocalCopy", "LocalCopies", "KeyGroupSource", "TAG_FILE",
+           "read_tag", "write_tag", "remove_tag", "committed_version", "save_version", "version_row"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
@@ -90,7 +90,16 @@ def version_row(num_key_groups: int, record: VersionRecord) -> tuple[Any, ...]:
                     record.tag).to_tuple()
 
 
-def save_version(source: KeyGroupDatabases, versions: KeyGroupVersions, record: Optional[VersionRecord],
+class KeyGroupSource(Protocol):
+    """What a new base snapshot of one key group is made of: a RocksDB checkpoint holding exactly the key group's
+    state, timers and state metadata, and what it holds."""
+
+    def checkpoint(self, target: str) -> None: ...
+    def state_metadata(self) -> list[StateMetadata]: ...
+    def raw_column_names(self) -> list[str]: ...
+
+
+def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Optional[VersionRecord],
                  changes: ChangeLog, batch: int, policy: SnapshotPolicy, retain_batches: int,
                  work_path: str, *, full_base: bool = False) -> tuple[Optional[VersionRecord], int]:
     """Store ``changes`` (the key group's writes since ``record``) as the next version; returns it (``record``
@@ -221,7 +230,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             call.copy = self.copies.acquire(key_group, call.record, call.versions)
             if not self._attach_kept(call, call.copy, batch_id):
                 self._open_local(call, call.copy, batch_id)
-            timer_service.reload_key_group(key_group)
+            if timer_service is not None:  # None: the caller keeps the key group's timers (the harness)
+                timer_service.reload_key_group(key_group)
         except BaseException:
             call.advance(CallStatus.FAILED)
             raise
@@ -341,7 +351,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
         call, self.call = self.call, None
-        timer_service.forget_key_group(key_group)
+        if timer_service is not None:
+            timer_service.forget_key_group(key_group)
         if call is None or call.copy is None:  # load failed before the call held a database
             return
         copy = call.copy
