@@ -286,7 +286,7 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
                                       + _by_key_group(changes, owned).get(self.key_group, [])))
 
     def is_empty(self) -> bool:
-        return all(op[1] == DEFAULT_CF for op in self.harness.contents(self.key_group).ops)
+        return self.harness.is_empty(self.key_group)
 
     def checkpoint(self, target: str) -> None:
         """A checkpoint of a new database holding the key group alone, in the column families the harness's has."""

@@ -348,10 +348,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                     lambda item: item[0] < stop, family.items(from_key=start))]
         return ChangeLog(ops)
 
-    def is_empty(self) -> bool:
-        """Whether no state and no raw column (timers) holds an entry."""
+    def is_empty(self, key_group: Optional[int] = None) -> bool:
+        """Whether no state and no raw column (timers) holds an entry (of ``key_group``)."""
         self.write_pending_values()
-        return self._database.is_empty()
+        if key_group is None:
+            return self._database.is_empty()
+        start, stop = key_group_prefix(key_group), key_group_prefix(key_group + 1)
+        return all(next(iter(family.keys(from_key=start)), stop) >= stop
+                   for name, family in self._database.column_families.items() if name != DEFAULT_CF)
 
     def checkpoint(self, target: str) -> None:
         """A consistent copy of the database in ``target`` (SST files hard-linked); expired TTL entries are removed
