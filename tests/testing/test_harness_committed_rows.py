@@ -294,3 +294,47 @@ def test_expired_state_is_not_in_the_next_snapshot(backend_kind):
     restored.set_processing_time(0)  # even with the clock back, nothing expired comes back
     assert all(record[2] is None and record[1] is not None for record in report(restored, 20))
     restored.close()
+
+
+def test_a_call_of_the_rocksdb_store_runs_load_save_finish_in_order_and_a_failed_save_keeps_nothing(tmp_path):
+    from keyedstate.checkpoint.storage import CheckpointStorage
+    from keyedstate.errors import StateBackendError
+    from keyedstate.state.key_groups.versioned import CallStatus
+    from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
+    from keyedstate.testing.snapshots import HarnessRocksDBStore
+
+    class Refusing(MemoryGroupState):
+        def update(self, row):
+            raise OSError("the row cannot be written")
+
+    backend = RocksDBKeyedStateBackend(tmp_path / "db", num_key_groups=MAX_PARALLELISM, record_changes=True)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    backend.set_current_key("a")
+    count.update(1)
+    key_group = key_group_of_key("a", MAX_PARALLELISM)
+    store = HarnessRocksDBStore(backend, CheckpointStorage(str(tmp_path / "storage")))
+    holder = MemoryGroupState()
+    with pytest.raises(StateBackendError, match="saved before it was loaded"):
+        store.save(key_group, holder, 1, None, False)
+    store.load(key_group, holder, 1, None)
+    assert store.call is not None and store.call.status is CallStatus.LOADED
+    with pytest.raises(StateBackendError, match=f"starts before key group {key_group}'s finished"):
+        store.load(key_group + 1, MemoryGroupState(), 1, None)
+    store.save(key_group, holder, 1, None, False)
+    assert store.call.status is CallStatus.SAVED and holder.exists
+    with pytest.raises(StateBackendError, match="saved before it was loaded"):
+        store.save(key_group, holder, 1, None, False)
+    store.finish(key_group, None, True)
+    assert store.call is None and key_group in store.tags  # kept at the saved version
+
+    count.update(2)
+    store.changes = {key_group: []}  # as a snapshot cuts them: what the next call stores
+    refusing = Refusing(holder.get)
+    store.load(key_group, refusing, 2, None)
+    with pytest.raises(OSError, match="cannot be written"):
+        store.save(key_group, refusing, 2, None, False)
+    assert store.call is not None and store.call.status is CallStatus.FAILED
+    store.finish(key_group, None, False)
+    assert store.call is None and store.tags[key_group] == StateRow.from_row(holder.get).tag  # the committed one
+    store.close()
+    backend.close()
