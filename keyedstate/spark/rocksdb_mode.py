@@ -118,8 +118,13 @@ class SparkLocalCopies:
                 return LocalCopy(path, kept.tag, kept.lock, kept.database.path, kept.database, intact, True)
             abandon(local, path, kept.database)  # deleted under it: not ours any more
             local.release(kept.lock)
-        os.makedirs(os.path.dirname(copies[0]), exist_ok=True)
-        path, lock = self._claim_copy(copies, record, versions)
+        try:
+            os.makedirs(os.path.dirname(copies[0]), exist_ok=True)
+            path, lock = self._claim_copy(copies, record, versions)
+        except BaseException:
+            if self.open is not None:
+                self.open.done()  # the call holds no copy: finish() has none to release
+            raise
         if self.open is not None:
             self.open.use(path)
         return LocalCopy(path, read_tag(path), lock, keepable=self.open is not None)
