@@ -39,16 +39,16 @@ from enum import Enum
 from typing import Any, Optional, Protocol
 
 from keyedstate.errors import SnapshotCorruptedError, StateBackendError, StateVersionNotRetainedError
-from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
+from keyedstate.state.base.backend import KeyedStateBackend
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.state.key_groups.store import ROCKSDB, KeyGroupStore, committed_row
 from keyedstate.state.rocksdb.changelog import ChangeLog
-from keyedstate.state.rocksdb.recording import KeyGroupDatabases
+from keyedstate.state.rocksdb.recording import KeyGroupDatabases, KeyGroupSource
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
-__all__ = ["RocksDBKeyGroupStore", "CallStatus", "KeyGroupCall", "LocalCopy", "LocalCopies", "KeyGroupSource", "TAG_FILE",
-           "read_tag", "write_tag", "remove_tag", "committed_version", "save_version", "version_row"]
+__all__ = ["RocksDBKeyGroupStore", "CallStatus", "KeyGroupCall", "LocalCopy", "LocalCopies", "TAG_FILE", "read_tag",
+           "write_tag", "remove_tag", "committed_version", "save_version", "version_row"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
@@ -88,15 +88,6 @@ def version_row(num_key_groups: int, record: VersionRecord) -> tuple[Any, ...]:
     """The committed row (format 2) naming ``record``."""
     return StateRow(STATE_ROW_FORMAT_ROCKSDB, num_key_groups, record.to_bytes(), b"", record.base_batch,
                     record.tag).to_tuple()
-
-
-class KeyGroupSource(Protocol):
-    """What a new base snapshot of one key group is made of: a RocksDB checkpoint holding exactly the key group's
-    state, timers and state metadata, and what it holds."""
-
-    def checkpoint(self, target: str) -> None: ...
-    def state_metadata(self) -> list[StateMetadata]: ...
-    def raw_column_names(self) -> list[str]: ...
 
 
 def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Optional[VersionRecord],
@@ -322,29 +313,25 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         if call is None or call.copy is None or call.status is not CallStatus.LOADED:
             raise StateBackendError(f"key group {key_group} is saved before it was loaded")
         try:
-            kept, written = self._store_version(call, call.copy, group_state, batch_id)
+            record = call.record
+            changes = self.databases.take_changes()
+            self.base_bytes_written = 0
+            if record is None and self.databases.is_empty():
+                group_state.remove()  # nothing was ever stored for this group
+                call.advance(CallStatus.SAVED)
+                return False, 0
+            new, written = save_version(self.databases, call.versions, record, changes,
+                                        batch_id if batch_id is not None else 0, self.policy, self.retain_batches,
+                                        call.copy.path, full_base=call.source is not call.versions)
+            assert new is not None
+            if new.origin != self.origin:
+                new = replace(new, origin=self.origin)
+            group_state.update(version_row(self.num_key_groups, new))
         except BaseException:
             call.advance(CallStatus.FAILED)
             raise
-        call.advance(CallStatus.SAVED)
-        return kept, written
-
-    def _store_version(self, call: KeyGroupCall, copy: LocalCopy, group_state: Any,
-                       batch_id: Optional[int]) -> tuple[bool, int]:
-        record = call.record
-        changes = self.databases.take_changes()
-        self.base_bytes_written = 0
-        if record is None and self.databases.is_empty():
-            group_state.remove()  # nothing was ever stored for this group
-            return False, 0
-        new, written = save_version(self.databases, call.versions, record, changes,
-                                    batch_id if batch_id is not None else 0, self.policy, self.retain_batches,
-                                    copy.path, full_base=call.source is not call.versions)
-        assert new is not None
-        if new.origin != self.origin:
-            new = replace(new, origin=self.origin)
-        group_state.update(version_row(self.num_key_groups, new))
         call.tag = new.tag
+        call.advance(CallStatus.SAVED)
         if new is not record and (record is None or new.base_batch != record.base_batch):
             self.base_bytes_written = written  # the new base, with the changelog that bridges to it
         return True, written
