@@ -192,14 +192,7 @@ THIRD_PARTY_PRIVATE = {"_jvm", "_jsparkSession", "_jsq"}
 
 # Cross-module private accesses in files their owners are changing now, kept until those changes land (issue 34
 # item 3): (file, expression) -> why it is still there.
-ALLOWED_PRIVATE_ACCESSES = {
-    ("keyedstate/state/rocksdb/key_group_slices.py", "backend._database"):
-        "the harness-only key-group slices module is being removed; RocksDBKeyedStateBackend.database is public",
-    ("keyedstate/state/rocksdb/backend.py", "store._cf"):
-        "the TTL clean-up reads the column family under its old name; ColumnFamilyStore.entries is public",
-    ("keyedstate/state/rocksdb/backend.py", "store._handle"):
-        "the TTL clean-up's write batch needs the column family handle, which the stores keep private",
-}
+ALLOWED_PRIVATE_ACCESSES: dict[tuple[str, str], str] = {}
 
 
 def _private_accesses(path: Path) -> Iterator[tuple[int, str]]:

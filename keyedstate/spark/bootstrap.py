@@ -218,7 +218,7 @@ class _BootstrapRuntime:
 
     def _remove_local(self, key_group: int) -> None:
         """The local database was only a staging area: what it holds is stored below ``path`` now."""
-        local = getattr(self.runtime.store, "local", None)
+        local = getattr(getattr(self.runtime.store, "copies", None), "local", None)
         if local is not None:
             database = local.path(self.scope[0], _UID, key_group)
             shutil.rmtree(database, ignore_errors=True)

@@ -262,7 +262,7 @@ class GroupRuntime:
         firing = perf_counter()
         operator.advance_processing_time(now)
         metrics.timer_s += perf_counter() - firing
-        self.backend.cleanup_expired_state()
+        self.store.cleanup_expired_state()
         keys_with_state = self.store.keys_with_state() if self.spec.emits_metrics else 0
         written = self._persist(key_group, group_state, batch_id, watermark, now)
         marks = operator.outputs.key_marks
@@ -418,17 +418,16 @@ def cached_runtime(runtime_id: str, create: Callable[[], _Runtime]) -> _Runtime:
 
 def create_store(spec: GroupFunctionSpec, clock: Any, **rocksdb_arguments: Any) -> KeyGroupStore:
     """The key-group store of ``spec``'s state backend, on the TTL clock ``clock``; ``rocksdb_arguments`` go to
-    :class:`keyedstate.spark.rocksdb_mode.RocksDBKeyGroupStore` (where a bootstrap writes, whether databases stay
-    open)."""
+    :func:`keyedstate.spark.rocksdb_mode.rocksdb_store` (where a bootstrap writes, whether databases stay open)."""
     options = spec.options
     if options.state_backend == HEAP:
         from keyedstate.state.key_groups.row_store import RowKeyGroupStore
 
         return RowKeyGroupStore(spec.num_key_groups, clock, initial_state=spec.initial_state)
-    from keyedstate.spark.rocksdb_mode import RocksDBKeyGroupStore
+    from keyedstate.spark.rocksdb_mode import rocksdb_store
 
     assert options.state_storage is not None and options.uid is not None
-    return RocksDBKeyGroupStore(
+    return rocksdb_store(
         spec.num_key_groups, clock, state_storage=options.state_storage,
         storage_options=options.storage_options,
         local_dir=options.state_local_dir, uid=options.uid, options=options.rocksdb_options,

@@ -44,12 +44,12 @@ from typing import Optional
 
 from keyedstate.errors import StateBackendLockedError
 from keyedstate.spark.local_changelogs import CHANGELOGS_SUFFIX
+from keyedstate.state.key_groups.versioned import TAG_FILE, read_tag, remove_tag, write_tag
 
 __all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "MAX_COPIES", "process_alive"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
-TAG_FILE = "KEYEDSTATE-TAG"
 IDLE_SECONDS = 900.0
 """A local database unused for this long is removed (15 minutes: far longer than any trigger interval)."""
 MAX_COPIES = max(2, min(8, os.cpu_count() or 2))
@@ -189,27 +189,9 @@ class LocalDatabases:
 
     # ---- the committed version a database holds -------------------------------------------------------------------
 
-    @staticmethod
-    def read_tag(path: str) -> Optional[str]:
-        try:
-            with open(os.path.join(path, TAG_FILE), encoding="ascii") as file:
-                return file.read().strip() or None
-        except OSError:
-            return None
-
-    @staticmethod
-    def write_tag(path: str, tag: str) -> None:
-        temporary = os.path.join(path, f".{TAG_FILE}.{uuid.uuid4().hex[:8]}")
-        with open(temporary, "w", encoding="ascii") as file:
-            file.write(tag)
-        os.replace(temporary, os.path.join(path, TAG_FILE))
-
-    @staticmethod
-    def remove_tag(path: str) -> None:
-        try:
-            os.remove(os.path.join(path, TAG_FILE))
-        except FileNotFoundError:
-            pass
+    read_tag = staticmethod(read_tag)
+    write_tag = staticmethod(write_tag)
+    remove_tag = staticmethod(remove_tag)
 
     # ---- removing databases no key group uses --------------------------------------------------------------------
 

@@ -1,35 +1,15 @@
-"""RocksDB mode (``state_backend="rocksdb"``): a key group's state and timers live in a local RocksDB database on
-the executor; a call writes durably only what it changed.
+"""RocksDB mode (``state_backend="rocksdb"``) on Spark: where an executor keeps the local databases of
+:class:`~keyedstate.state.key_groups.versioned.RocksDBKeyGroupStore` (the store and its commit protocol).
 
-The commit protocol. Python gets no end-of-task hook, so the key group's Spark state row stays the commit record.
-It carries a :class:`~keyedstate.state.rocksdb.versions.VersionRecord`: the version's tag (unique per
-call), the base snapshot it builds on and the changelogs since, in durable storage (``state_storage``). A call:
-
-1. reads the row and takes a local copy of the key group's database (``<local dir>/<query id>/<uid>/kg-NNNNN``,
-   ``kg-NNNNN.c1``, ...: each worker process keeps its own, see :mod:`keyedstate.spark.local_databases`): the one
-   this worker keeps open since an earlier call (:mod:`keyedstate.spark.open_databases`, its tag in memory), else a
-   free one, preferring a closed copy whose ``TAG`` file holds the row's tag. A copy at the row's tag is used as it
-   is; one at an earlier version of the row's chain (the base's tag, or the tag of one of its changelogs, or for a
-   few batches after a new base, a version the base's bridge leads from:
-   :mod:`~keyedstate.state.rocksdb.version_record`) replays the changelogs after it (from the local copy of those
-   written on this machine when it has them: :mod:`keyedstate.spark.local_changelogs`); any other is rebuilt: base
-   downloaded and verified, changelogs replayed. The ``TAG`` file is removed before the database is opened, so a
-   process that dies while it has the database open leaves no tag.
-2. runs timers and elements on the database, recording every write.
-3. stores the writes as one changelog file, or, when the changelogs since the base grow past the
-   :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet
-   are uploaded), and writes the row naming the new version.
-4. keeps the database open with the new tag for the key group's next call, or (a first call, a failed call,
-   another worker waiting for it, or no worker reuse) closes (flushes) it and writes the new ``TAG``. Only while
-   the lock file it holds is still the one at the path: if the directory and its lock were deleted meanwhile,
-   another process may own the path, and the database is abandoned without writing into it.
-
-So correctness never depends on the local database: a retried or duplicate task attempt, the data run and the
-timed-out run of one task in different worker processes, a lost executor or a restarted query all find either a
-local database at the committed version (or one it can reach by replaying committed changelogs) or rebuild the
-committed version from storage. RocksDB's memory is bounded
-per worker process: the databases it keeps open share one block cache and one memtable budget
-(:class:`~keyedstate.state.rocksdb.options.RocksDBOptions`), and at most
+A key group's copies are ``<local dir>/<query id>/<uid>/kg-NNNNN``, ``kg-NNNNN.c1``, ...: one per worker process that
+runs it, locked while a call or a kept database holds it (:mod:`keyedstate.spark.local_databases`). A call takes the
+one this worker keeps open when Spark reuses workers (:mod:`keyedstate.spark.open_databases`, its tag in memory), else
+a free one, preferring one whose ``TAG`` file holds the row's tag; one catching up reads the changelogs written on this
+machine locally (:mod:`keyedstate.spark.local_changelogs`). A copy whose directory and lock were deleted meanwhile may
+be another process's now: it is abandoned, never written. Versions are stored below
+``<state_storage>/<query id>/<uid>`` by one run of the query at a time (:mod:`keyedstate.spark.storage_claims`). The
+databases a worker keeps open share one block cache and memtable budget
+(:class:`~keyedstate.state.rocksdb.options.RocksDBOptions`); at most
 :data:`~keyedstate.spark.open_databases.MAX_KEPT_DATABASES` stay open.
 """
 
@@ -37,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import tempfile
 from dataclasses import replace
 from typing import Any, Optional
@@ -45,7 +24,7 @@ from typing import Any, Optional
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.locations import last_segment
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import SnapshotCorruptedError, StateStorageConflictError, StateVersionNotRetainedError
+from keyedstate.errors import StateStorageConflictError
 from keyedstate.redaction import redact_uri, without_credentials
 from keyedstate.spark.local_changelogs import LocalChangelogs
 from keyedstate.spark.local_databases import LocalDatabases
@@ -53,14 +32,13 @@ from keyedstate.spark.open_databases import OpenDatabases, abandon, open_databas
 from keyedstate.spark.query_settings import operator_storage_location
 from keyedstate.spark.storage_claims import check_single_writer
 from keyedstate.spark_compat import current_query_id, current_run_id, task_partition_id
-from keyedstate.state.key_groups.initial_state import InitialState, check_origin
-from keyedstate.state.key_groups.store import KeyGroupStore
-from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
+from keyedstate.state.key_groups.initial_state import InitialState
+from keyedstate.state.key_groups.versioned import LocalCopy, RocksDBKeyGroupStore, read_tag
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
-__all__ = ["RocksDBKeyGroupStore", "default_local_dir", "default_state_storage"]
+__all__ = ["SparkLocalCopies", "rocksdb_store", "default_local_dir", "default_state_storage"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
@@ -84,42 +62,28 @@ def default_state_storage() -> str:
         os.path.expanduser("~"), ".keyedstate", "state-storage")
 
 
-class RocksDBKeyGroupStore(KeyGroupStore):
-    """One per worker process and query definition; points its backend at one key group's database per call."""
+class SparkLocalCopies:
+    """The local databases of one query definition's store in this worker process (see the module docstring)."""
 
-    def __init__(self, num_key_groups: int, ttl_clock: Any, *, state_storage: str,
-                 storage_options: Optional[StorageOptions] = None, local_dir: Optional[str],
-                 uid: str, options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,
-                 retain_batches: int = 100, keep_open: Optional[bool] = None,
-                 initial_state: Optional[InitialState] = None, scope: Optional[tuple[str, str]] = None) -> None:
-        """``scope``: (local directory name, storage location) instead of the query's (query id,
-        ``<state_storage>/<query id>/<uid>``): where bootstrap_keyed_state writes."""
+    def __init__(self, num_key_groups: int, *, state_storage: str, storage_options: Optional[StorageOptions],
+                 local_dir: Optional[str], uid: str, options: RocksDBOptions, keep_open: Optional[bool],
+                 scope: Optional[tuple[str, str]]) -> None:
         self.num_key_groups = num_key_groups
         self.state_storage = state_storage
-        self.initial_state = initial_state
-        self.origin = initial_state.bootstrap_id if initial_state is not None else ""
-        self.scope = scope
         self.storage_options = storage_options
         self.uid = uid
-        self.policy = policy or SnapshotPolicy()
-        self.retain_batches = retain_batches
+        self.options = options
+        self.scope = scope
         self._storages: dict[str, CheckpointStorage] = {}
-        options = self.options = replace(options or RocksDBOptions(), reuse_existing=True)
         self.local = LocalDatabases(local_dir or default_local_dir(), lock_timeout_seconds=max(
             300.0, options.lock_timeout_seconds))
         keep_open = worker_reuse_enabled() if keep_open is None else keep_open
         self.open: Optional[OpenDatabases] = open_databases_of(self.local) if keep_open else None
         if self.open is not None:
             self.open.limit_families(options.memtable_budget_bytes, ARENA_BLOCK_BYTES)
-        self._lock: Optional[int] = None
-        # The backend needs an open database before any key group is opened (the function's open() registers its
-        # states): an empty one of this worker process, never written to afterwards.
-        self.backend: KeyGroupRocksDBBackend = KeyGroupRocksDBBackend(
-            self.local.idle_path(), num_key_groups=num_key_groups, ttl_clock=ttl_clock, options=options)
-        self._call: Optional[tuple[str, Optional[VersionRecord], KeyGroupVersions]] = None
-        self._handle: Optional[str] = None  # the path the call's database was opened with
-        self._saved_tag: Optional[str] = None
-        self._bootstrapped = False  # this call restored the bootstrap's version, not a committed one
+
+    def _query_id(self) -> str:
+        return self.scope[0] if self.scope else current_query_id() or _NO_QUERY
 
     def _storage(self, query_id: str) -> CheckpointStorage:
         storage = self._storages.get(query_id)
@@ -129,93 +93,41 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             storage = self._storages[query_id] = CheckpointStorage(location, options=self.storage_options)
         return storage
 
-    def load(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any) -> None:
-        query_id = self.scope[0] if self.scope else current_query_id() or _NO_QUERY
-        local = self.local
-        local.sweep()
-        record = self._committed_record(group_state)
-        self._bootstrapped = False
-        if record is not None:
-            check_origin(key_group, record.origin or None, self.initial_state)
-        elif self.initial_state is not None and self.initial_state.holds(key_group):
-            row = self.initial_state.row(key_group)
-            assert row is not None
-            record = VersionRecord.from_bytes(row.state)
-            self._bootstrapped = True
+    def versions(self, key_group: int, record: Optional[VersionRecord],
+                 batch_id: Optional[int]) -> tuple[KeyGroupVersions, KeyGroupVersions]:
+        """The query's versions of the key group, refusing a storage another run or setting writes to."""
+        query_id = self._query_id()
         storage = self._storage(query_id)
         run_id = current_run_id()
         if run_id is not None and self.scope is None:
             check_single_writer(storage, run_id, batch_id)
-        if (record is not None and record.location and without_credentials(record.location) != storage.location
-                and not self._bootstrapped):
+        if record is not None and record.location and without_credentials(record.location) != storage.location:
             raise StateStorageConflictError(_moved_message(key_group, record, storage.location, self.uid))
-        versions = KeyGroupVersions(storage, key_group, self.num_key_groups,
-                                    cache=LocalChangelogs(local.changelogs_path(query_id, self.uid, key_group)))
-        copies = local.copies(query_id, self.uid, key_group)
-        kept_path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
-        if kept is not None:
-            assert kept_path is not None  # take_first returns both or neither
-            if not local.owns(kept_path, kept.lock):  # deleted under it: not ours any more
-                abandon(local, kept_path, kept.database)
-                local.release(kept.lock)
-                kept = None
-        self._saved_tag = None
-        if kept is not None:
-            assert kept_path is not None
-            path = kept_path
-            self._lock = kept.lock  # released in finish(), which the group function always calls
-            self._call = (path, record, versions)
-            if self._still_current(kept, record, path):
-                self.backend.attach_key_group(kept.database)
-                self._handle = kept.database.path
-                timer_service.reload_key_group(key_group)
-                return
-            missed = self._missed_changelogs(kept.tag, record, versions, key_group, batch_id) if (
-                kept.database.settings == self.options and os.path.exists(os.path.join(path, "CURRENT"))) else None
-            if missed is not None:
-                self.backend.attach_key_group(kept.database)
-                self._handle = kept.database.path
-                self._catch_up(missed, key_group, batch_id, path)
-                timer_service.reload_key_group(key_group)
-                return
-            _close_quietly(kept.database)  # a failed attempt's writes, or a version Spark did not commit
-            local.drop_handle(kept.database.path)
-        else:
+        versions = KeyGroupVersions(storage, key_group, self.num_key_groups, cache=LocalChangelogs(
+            self.local.changelogs_path(query_id, self.uid, key_group)))
+        return versions, versions
+
+    def acquire(self, key_group: int, record: Optional[VersionRecord], versions: KeyGroupVersions) -> LocalCopy:
+        local = self.local
+        local.sweep()
+        copies = local.copies(self._query_id(), self.uid, key_group)
+        path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
+        if kept is not None and path is not None:
+            if local.owns(path, kept.lock):
+                intact = kept.database.settings == self.options and os.path.exists(os.path.join(path, "CURRENT"))
+                return LocalCopy(path, kept.tag, kept.lock, kept.database.path, kept.database, intact, True)
+            abandon(local, path, kept.database)  # deleted under it: not ours any more
+            local.release(kept.lock)
+        try:
             os.makedirs(os.path.dirname(copies[0]), exist_ok=True)
-            path, self._lock = self._claim_copy(copies, record, versions)
-            self._call = (path, record, versions)
+            path, lock = self._claim_copy(copies, record, versions)
+        except BaseException:
             if self.open is not None:
-                self.open.use(path)
-        changelogs: list = []
-        missed = None
-        if record is None:
-            shutil.rmtree(path, ignore_errors=True)
-        elif kept is None and (tag := local.read_tag(path)) != record.tag and not self._bootstrapped:
-            missed = self._missed_changelogs(tag, record, versions, key_group, batch_id)
-        if record is not None and missed is None and (kept is not None or local.read_tag(path) != record.tag):
-            source = versions
-            if self._bootstrapped:
-                assert self.initial_state is not None
-                source = KeyGroupVersions(self.initial_state.storage(), key_group, self.num_key_groups)
-            logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
-                        key_group, batch_id, source.storage.location, record.base_batch, len(record.changelogs))
-            try:
-                changelogs = source.restore(record, path)
-            except SnapshotCorruptedError as error:
-                explained = _not_retained(key_group, batch_id, source, self.retain_batches, error)
-                if explained is None:
-                    raise
-                raise explained from error
-        os.makedirs(path, exist_ok=True)
-        local.remove_tag(path)  # from here until finish() the database may differ from every committed version
-        # opened through a handle of this process: see LocalDatabases.handle and finish()
-        self._handle = local.handle(path)
-        self.backend.open_key_group(self._handle, record_changes=record is not None)
-        if missed is not None:
-            self._catch_up(missed, key_group, batch_id, path)
-        for changelog in changelogs:
-            self.backend.replay(changelog)
-        timer_service.reload_key_group(key_group)
+                self.open.done()  # the call holds no copy: finish() has none to release
+            raise
+        if self.open is not None:
+            self.open.use(path)
+        return LocalCopy(path, read_tag(path), lock, keepable=self.open is not None)
 
     def _claim_copy(self, copies: list[str], record: Optional[VersionRecord],
                     versions: KeyGroupVersions) -> tuple[str, int]:
@@ -226,7 +138,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             is_new = not os.path.exists(path + ".lock")
             lock = self.local.try_acquire(path)
             if lock is not None:
-                tag = self.local.read_tag(path)
+                tag = read_tag(path)
                 score = 0 if record is None or tag is None else 2 if tag == record.tag else int(
                     versions.is_in_chain(record, tag))
                 if best is None or score > best[0]:
@@ -243,93 +155,54 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             return copies[0], self.local.acquire(copies[0])
         return best[1], best[2]
 
-    def _missed_changelogs(self, tag: Optional[str], record: Optional[VersionRecord], versions: KeyGroupVersions,
-                           key_group: int, batch_id: Optional[int]) -> Optional[list]:
-        if record is None or self._bootstrapped:
-            return None
-        try:
-            return versions.changelogs_after(record, tag)
-        except SnapshotCorruptedError as error:
-            explained = _not_retained(key_group, batch_id, versions, self.retain_batches, error)
-            if explained is None:
-                raise
-            raise explained from error
+    def discard(self, copy: LocalCopy) -> None:
+        _close_quietly(copy.kept)
+        self.local.drop_handle(copy.handle)
 
-    def _catch_up(self, missed: list, key_group: int, batch_id: Optional[int], path: str) -> None:
-        logger.debug("key group %d, batch %s: %s catches up by %d changelogs", key_group, batch_id, path, len(missed))
-        for changelog in missed:
-            self.backend.replay(changelog)
+    def open_path(self, copy: LocalCopy) -> str:
+        copy.handle = self.local.handle(copy.path)  # see LocalDatabases.handle and owns()
+        return copy.handle
 
-    def _still_current(self, kept: Any, record: Optional[VersionRecord], path: str) -> bool:
-        """A kept database serves the call only if it holds the committed version, was opened with this store's
-        options, and its directory was not removed under it (disk cleanup, a test losing local databases)."""
-        return (record is not None and kept.tag == record.tag and kept.database.settings == self.options
-                and os.path.exists(os.path.join(path, "CURRENT")))
+    def owns(self, copy: LocalCopy) -> bool:
+        return copy.lock is None or self.local.owns(copy.path, copy.lock)
 
-    def _committed_record(self, group_state: Any) -> Optional[VersionRecord]:
-        return committed_version(group_state, self.num_key_groups)
+    def abandon(self, copy: LocalCopy, database: Any) -> None:
+        abandon(self.local, copy.path, database)
 
-    def save(self, key_group: int, group_state: Any, batch_id: Optional[int], timer_service: Any,
-             has_timers: bool) -> tuple[bool, int]:
-        assert self._call is not None
-        path, record, versions = self._call
-        changes = self.backend.take_changes()
-        self.base_bytes_written = 0
-        if record is None and self.backend.is_empty():
-            group_state.remove()  # nothing was ever stored for this group
-            return False, 0
-        new, written = save_version(self.backend, versions, record, changes, batch_id if batch_id is not None else 0,
-                                    self.policy, self.retain_batches, path, full_base=self._bootstrapped)
-        assert new is not None
-        if new.origin != self.origin:
-            new = replace(new, origin=self.origin)
-        group_state.update(version_row(self.num_key_groups, new))
-        self._saved_tag = new.tag
-        if new is not record and (record is None or new.base_batch != record.base_batch):
-            self.base_bytes_written = written  # the new base, with the changelog that bridges to it
-        return True, written
+    def keep(self, copy: LocalCopy, database: Any, tag: str) -> bool:
+        assert self.open is not None
+        if not self.open.keep(copy.path, database, tag, copy.lock, moves_with=task_partition_id()):
+            return False
+        copy.lock, copy.handle = None, ""  # the kept database holds them
+        return True
 
-    def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
-        call, self._call = self._call, None
-        lock, self._lock = self._lock, None
-        handle, self._handle = self._handle, None
-        timer_service.forget_key_group(key_group)
-        try:
-            if call is None:
-                return
-            path = call[0]
-            if lock is not None and not self.local.owns(path, lock):  # deleted under the call: never write there
-                if handle is not None and self.backend.attached:
-                    abandon(self.local, path, self.backend.detach_key_group())
-                return
-            tag = self._saved_tag if succeeded else None
-            if tag is not None and self.open is not None and lock is not None:
-                self.backend.start_recording()  # a database opened empty: its whole content is stored already
-                database = self.backend.detach_key_group()
-                if self.open.keep(path, database, tag, lock, moves_with=task_partition_id()):
-                    lock = handle = None  # the kept database holds them
-                    return
-                database.close()  # another worker process waits for it
-            else:
-                self.backend.close_key_group()  # flushes: only then does the directory hold what the tag will claim
-            if tag is not None:
-                self.local.write_tag(path, tag)
-            elif succeeded:
-                shutil.rmtree(path, ignore_errors=True)  # the group holds nothing and has no row
-        finally:
-            if self.open is not None:
-                self.open.done()
-            if handle is not None:
-                self.local.drop_handle(handle)
-            if lock is not None:
-                self.local.release(lock)
+    def release(self, copy: LocalCopy) -> None:
+        if self.open is not None:
+            self.open.done()
+        if copy.handle:
+            self.local.drop_handle(copy.handle)
+        if copy.lock is not None:
+            self.local.release(copy.lock)
 
-    def keys_with_state(self) -> int:
-        return self.backend.estimate_keys_with_state()
 
-    def state_bytes(self, saved_bytes: int) -> int:
-        """The key group's local database: live SST files and memtables (RocksDB's own accounting)."""
-        return self.backend.estimate_state_bytes()
+def rocksdb_store(num_key_groups: int, ttl_clock: Any, *, state_storage: str,
+                  storage_options: Optional[StorageOptions] = None, local_dir: Optional[str], uid: str,
+                  options: Optional[RocksDBOptions] = None, policy: Optional[SnapshotPolicy] = None,
+                  retain_batches: int = 100, keep_open: Optional[bool] = None,
+                  initial_state: Optional[InitialState] = None,
+                  scope: Optional[tuple[str, str]] = None) -> RocksDBKeyGroupStore:
+    """RocksDB mode's store for one worker process and query definition. ``keep_open``: keep databases open between
+    calls (default: when Spark reuses the worker). ``scope``: (local directory name, storage location) instead of the
+    query's (query id, ``<state_storage>/<query id>/<uid>``): where bootstrap_keyed_state writes."""
+    options = replace(options or RocksDBOptions(), reuse_existing=True)
+    copies = SparkLocalCopies(num_key_groups, state_storage=state_storage, storage_options=storage_options,
+                              local_dir=local_dir, uid=uid, options=options, keep_open=keep_open, scope=scope)
+    # The backend needs an open database before any key group is opened (the function's open() registers its
+    # states): an empty one of this worker process, never written to afterwards.
+    backend = KeyGroupRocksDBBackend(copies.local.idle_path(), num_key_groups=num_key_groups, ttl_clock=ttl_clock,
+                                     options=options)
+    return RocksDBKeyGroupStore(backend, backend, copies, num_key_groups=num_key_groups, policy=policy,
+                                retain_batches=retain_batches, initial_state=initial_state)
 
 
 def _moved_message(key_group: int, record: VersionRecord, location: str, uid: str) -> str:
@@ -341,23 +214,6 @@ def _moved_message(key_group: int, record: VersionRecord, location: str, uid: st
     return (f"key group {key_group}'s committed state is in {redact_uri(record.location)}, but keyed_process now "
             f"writes to {location} ({what}); reading one and writing the other would mix two states. Restart with "
             f"{fix}, or start from a new checkpoint location")
-
-
-def _not_retained(key_group: int, batch_id: Optional[int], versions: KeyGroupVersions, retain_batches: int,
-                  error: SnapshotCorruptedError) -> Optional[StateVersionNotRetainedError]:
-    """A missing file explained, when later batches than this one already wrote the key group's files: Spark runs
-    this batch again from a checkpoint that was rewound (or restored from a backup) past what garbage collection
-    retains. Without later files it is damage, and the error stays the one naming the file."""
-    newest = versions.newest_batch()
-    if batch_id is None or newest is None or newest <= batch_id:
-        return None
-    return StateVersionNotRetainedError(
-        f"key group {key_group} cannot restore the state batch {batch_id} starts from ({error}): batches up to "
-        f"{newest} already ran on {versions.storage.location}, and its garbage collection keeps only the files of "
-        f"the last minBatchesToRetain ({retain_batches}) batches. The checkpoint was rewound or restored from a "
-        f"backup to a batch that is no longer retained: restart from one of the last {retain_batches} batches "
-        f"(docs/operations.md, 'Restarting from an older batch'), or restore the state storage from the same "
-        f"backup as the checkpoint")
 
 
 def _close_quietly(database: Any) -> None:

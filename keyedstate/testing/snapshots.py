@@ -14,28 +14,22 @@ import os
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError
-from keyedstate.keygroups import key_group_of_stored_key
+from keyedstate.keygroups import KeyGroupRange, key_group_of_stored_key, key_group_prefix
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_store import Records, RowKeyGroupStore
-from keyedstate.state.key_groups.versioned import committed_version, save_version, version_row
-from keyedstate.state.rocksdb.changelog import ChangeLog
-from keyedstate.state.rocksdb.key_group_slices import (
-    checkpoint_key_group,
-    key_group_contents,
-    key_group_is_empty,
-    load_key_group,
-    metadata_ops,
-    split_changes,
-)
+from keyedstate.state.key_groups.versioned import LocalCopy, RocksDBKeyGroupStore
+from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
+from keyedstate.state.rocksdb.changelog import DELETE_RANGE, ChangeLog, Operation
+from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
-__all__ = ["HarnessSnapshot", "HarnessRowStore", "HarnessVersionStore", "harness_store"]
+__all__ = ["HarnessSnapshot", "HarnessRowStore", "HarnessRocksDBStore", "harness_store"]
 
 
 @dataclass(frozen=True)
@@ -117,117 +111,210 @@ def _split_records(exported: Records) -> dict[int, Records]:
     return by_group
 
 
-class _KeyGroupOfBackend:
-    """One key group of the harness's RocksDB backend as the source of a base snapshot."""
-
-    def __init__(self, backend: Any, key_group: int) -> None:
-        self.backend = backend
-        self.key_group = key_group
-
-    def checkpoint(self, target: str) -> None:
-        checkpoint_key_group(self.backend, self.key_group, target)
-
-    def state_metadata(self) -> list[StateMetadata]:
-        return self.backend.state_metadata()
-
-    def raw_column_names(self) -> list[str]:
-        return self.backend.raw_column_names()
+def _by_key_group(changes: ChangeLog, owned: KeyGroupRange) -> dict[int, list[Operation]]:
+    """The operations of ``changes`` on keyed column families (states, raw columns), by key group; a range delete
+    spanning key groups is cut into one per key group. Those on the default family (state metadata) are left out."""
+    by_group: dict[int, list[Operation]] = {}
+    for op in changes.ops:
+        kind, family, key, value = op
+        if family == DEFAULT_CF:
+            continue
+        end = value or b""
+        if kind != DELETE_RANGE or (len(key) >= 2 and len(end) >= 2 and key[:2] == end[:2]):
+            by_group.setdefault(key_group_of_stored_key(key), []).append(op)  # a range within one key group too
+            continue
+        for key_group in owned:
+            start, stop = key_group_prefix(key_group), key_group_prefix(key_group + 1)
+            if start < end and key < stop:
+                by_group.setdefault(key_group, []).append((kind, family, max(key, start), min(end, stop)))
+    return by_group
 
 
 class _KeptVersions(KeyGroupVersions):
     def collect_garbage(self, record: VersionRecord) -> list[str]:
-        return []  # see HarnessVersionStore: every harness snapshot stays restorable
+        return []  # see HarnessRocksDBStore: every harness snapshot stays restorable
 
 
-class HarnessVersionStore:
-    """RocksDB mode's save step over the harness's RocksDB backend (one database, every owned key group).
+class HarnessRocksDBStore(RocksDBKeyGroupStore):
+    """RocksDB mode's store, the one Spark runs, over the harness's RocksDB backend (one database, every owned key
+    group). It is its own :class:`~keyedstate.state.rocksdb.recording.KeyGroupDatabases`, the harness's database
+    seen one key group at a time, and :class:`~keyedstate.state.key_groups.versioned.LocalCopies`: every key group
+    stays open in it at the version last saved or restored.
 
-    A snapshot cuts the writes recorded since the previous one into key groups; each changed key group gets a new
-    version in ``storage`` exactly as a Spark call writes it (:func:`~keyedstate.state.key_groups.versioned.
-    save_version`: one changelog, or a new base snapshot of that key group alone when the policy asks for one), and
-    unchanged key groups keep their row. Nothing is ever deleted from ``storage``: every snapshot a test took stays
-    restorable (any number of harnesses may restore it and go on writing)."""
+    A snapshot cuts the writes recorded since the previous one into key groups and runs a call per changed key
+    group, which stores its share exactly as a Spark call stores its writes (one changelog, or a new base snapshot
+    of that key group alone when the policy asks for one); unchanged key groups keep their row. A restore runs a call
+    per key group, which loads its version into the harness's database (one of another harness's storage is stored
+    whole, as a new chain, by the next snapshot). Nothing is ever deleted from ``storage``: every snapshot a test took
+    stays restorable (any number of harnesses may restore it and go on writing)."""
 
-    def __init__(self, backend: Any, storage: CheckpointStorage, policy: Optional[SnapshotPolicy] = None) -> None:
-        self.backend = backend
+    def __init__(self, backend: RocksDBKeyedStateBackend, storage: CheckpointStorage,
+                 policy: Optional[SnapshotPolicy] = None) -> None:
+        super().__init__(backend, self, self, num_key_groups=backend.num_key_groups, policy=policy,
+                         retain_batches=1 << 62)
+        self.harness = backend
         self.storage = storage
-        self.num_key_groups = backend.num_key_groups
-        self.policy = policy or SnapshotPolicy()
-        self._records: dict[int, VersionRecord] = {}
-        """The newest version of each key group, as far as it continues in ``storage``."""
-        self._rows: dict[int, tuple[Any, ...]] = {}
-        self._rewrite: set[int] = set()
-        """Key groups restored from versions this harness cannot continue (another storage): stored whole next."""
+        self.storages = {storage.location: storage}
+        self.rows: dict[int, tuple[Any, ...]] = {}
+        self.rewrite: set[int] = set()  # restored from another storage: stored whole by the next snapshot
+        self.tags: dict[int, str] = {}  # the version each key group holds
+        self.changes: dict[int, list[Operation]] = {}  # each key group's share of what the running snapshot stores
+        self.whole: set[int] = set()  # opened with no version: all they hold is their changes
+        self.key_group = -1
+        self.attached = False
         self._work = tempfile.mkdtemp(prefix="keyedstate-harness-snapshot-")
 
-    def _versions(self, storage: CheckpointStorage, key_group: int) -> KeyGroupVersions:
-        return _KeptVersions(storage, key_group, self.num_key_groups)
-
     def snapshot(self, checkpoint_id: int, timer_service: Any) -> dict[int, tuple[Any, ...]]:
-        backend = self.backend
-        backend.prepare_snapshot()
-        recording = backend.record_changes
-        changes = backend.take_changes()
-        by_group = split_changes(changes, backend.key_group_range)
+        self.harness.prepare_snapshot()
+        recording = self.harness.record_changes
+        self.changes = _by_key_group(self.harness.take_changes(), self.harness.key_group_range)
         if not recording:  # a backend given by the caller that does not record: every key group is stored whole
-            self._rewrite |= set(by_group)
-            for gone in set(self._rows) - set(by_group):  # emptied since the last snapshot
-                del self._rows[gone]
-                self._records.pop(gone, None)
-        metadata = metadata_ops(backend)
-        for key_group in sorted(set(by_group) | self._rewrite):
-            record = None if key_group in self._rewrite else self._records.get(key_group)
-            ops = key_group_contents(backend, key_group) if record is None else by_group.get(key_group, [])
-            if record is None and key_group_is_empty(backend, key_group):
-                self._rows.pop(key_group, None)  # like a Spark group that holds nothing: no row
-                self._records.pop(key_group, None)
-                continue
-            new, _ = save_version(_KeyGroupOfBackend(backend, key_group), self._versions(self.storage, key_group),
-                                  record, ChangeLog(metadata + ops), checkpoint_id, self.policy, 1 << 62,
-                                  os.path.join(self._work, f"kg-{key_group:05d}"))
-            assert new is not None
-            self._records[key_group] = new
-            self._rows[key_group] = version_row(self.num_key_groups, new)
-        self._rewrite.clear()
-        return dict(self._rows)
+            self.rows.clear()
+            self.tags.clear()
+        for key_group in sorted(set(self.changes) | self.rewrite):
+            self._call(key_group, self.rows.get(key_group), checkpoint_id)
+        self.rewrite.clear()
+        return dict(self.rows)
 
     def restore(self, rows: Mapping[int, tuple[Any, ...]], timer_service: Any) -> None:
-        """Download and verify every owned key group's version first, then load them (a damaged file fails the
-        restore naming it, before anything is loaded)."""
-        storages = {self.storage.location: self.storage}
-        staged = []
-        try:
-            for key_group, row in sorted(rows.items()):
-                record = committed_version(MemoryGroupState(row), self.num_key_groups)
-                assert record is not None
-                storage = storages.get(record.location)
-                if storage is None:
-                    storage = storages[record.location] = CheckpointStorage(record.location)
-                versions = self._versions(storage, key_group)
-                directory = None
-                if record.base is not None:
-                    directory = os.path.join(self._work, f"restore-{key_group:05d}")
-                    changelogs = versions.restore(record, directory)
-                else:
-                    changelogs = versions.read_changelogs(record)
-                staged.append((key_group, row, record, directory, changelogs))
-            for key_group, row, record, directory, changelogs in staged:
-                load_key_group(self.backend, key_group, directory, changelogs)
-                if record.location == self.storage.location:
-                    self._records[key_group] = record
-                    self._rows[key_group] = row
-                else:
-                    self._rewrite.add(key_group)
-        finally:
-            for _, _, _, directory, _ in staged:
-                if directory is not None:
-                    shutil.rmtree(directory, ignore_errors=True)
-        self.backend.take_changes()  # what was loaded is stored already
-        for key_group, *_ in staged:
+        for key_group, row in sorted(rows.items()):
+            self._call(key_group, row, None)
+        self.harness.take_changes()  # what was loaded is stored already
+        for key_group in sorted(rows):
             timer_service.reload_key_group(key_group)
+
+    def _call(self, key_group: int, row: Optional[tuple[Any, ...]], batch: Optional[int]) -> None:
+        """One call of the store on ``key_group``; the timers stay in the harness's timer service (no timer
+        service: the call neither reloads nor forgets them)."""
+        holder = MemoryGroupState(row)
+        self.load(key_group, holder, batch, None)
+        succeeded = False
+        try:
+            assert self.call is not None
+            if self.call.source is self.call.versions:
+                self.save(key_group, holder, batch, None, False)
+            else:  # loaded from another harness's storage: no version of it is continued here
+                self.rewrite.add(key_group)
+                holder.remove()
+            succeeded = True
+        finally:
+            self.finish(key_group, None, succeeded)
+        if holder.exists:
+            self.rows[key_group] = holder.get
+        else:
+            self.rows.pop(key_group, None)
 
     def close(self) -> None:
         shutil.rmtree(self._work, ignore_errors=True)
+
+    # ---- where the key groups' databases are (LocalCopies) -------------------------------------------------------
+
+    def versions(self, key_group: int, record: Optional[VersionRecord],
+                 batch_id: Optional[int]) -> tuple[KeyGroupVersions, KeyGroupVersions]:
+        location = record.location if record is not None and record.location else self.storage.location
+        if location not in self.storages:
+            self.storages[location] = CheckpointStorage(location)
+        versions = _KeptVersions(self.storage, key_group, self.num_key_groups)
+        if location == self.storage.location:
+            return versions, versions
+        return versions, _KeptVersions(self.storages[location], key_group, self.num_key_groups)
+
+    def acquire(self, key_group: int, record: Optional[VersionRecord], versions: KeyGroupVersions) -> LocalCopy:
+        self.key_group = key_group
+        tag = self.tags.get(key_group)
+        return LocalCopy(os.path.join(self._work, f"kg-{key_group:05d}"), tag, kept=self if tag else None,
+                         keepable=True)
+
+    def keep(self, copy: LocalCopy, database: Any, tag: str) -> bool:
+        self.tags[self.key_group] = tag
+        return True
+
+    def discard(self, copy: LocalCopy) -> None:
+        self.tags.pop(self.key_group, None)
+
+    def open_path(self, copy: LocalCopy) -> str:
+        return copy.path
+
+    def owns(self, copy: LocalCopy) -> bool:
+        return True  # the harness's work directory is its own
+
+    def abandon(self, copy: LocalCopy, database: Any) -> None:
+        pass
+
+    def release(self, copy: LocalCopy) -> None:
+        pass
+
+    # ---- the current key group's database (KeyGroupDatabases) -----------------------------------------------------
+
+    def open_key_group(self, path: str, record_changes: bool = True) -> None:
+        """``path`` holds the key group's restored base, copied into the harness's database, or nothing."""
+        if os.path.exists(os.path.join(path, "CURRENT")):
+            base = RocksDatabase(path, replace(self.harness.options, reuse_existing=True), collect_on_close=False)
+            try:
+                self.harness.replay(base.contents_as_changes())
+            finally:
+                base.close()
+        shutil.rmtree(path, ignore_errors=True)
+        self.attach_key_group(self)
+        if not record_changes:
+            self.whole.add(self.key_group)
+
+    def attach_key_group(self, database: Any) -> None:
+        self.attached = True
+        self.whole.discard(self.key_group)
+
+    def detach_key_group(self) -> Any:
+        self.attached = False
+        return self
+
+    def close_key_group(self) -> None:
+        self.attached = False
+
+    def start_recording(self) -> None:
+        self.whole.discard(self.key_group)
+
+    def take_changes(self) -> ChangeLog:
+        if self.key_group in self.whole:
+            return self.harness.contents(self.key_group)
+        ops = self.changes.pop(self.key_group, [])
+        # each changelog starts with every state's metadata: a key group restored alone knows its states
+        return ChangeLog(self.harness.metadata_changes().ops + ops if ops else [])
+
+    def replay(self, changes: ChangeLog) -> None:
+        owned = KeyGroupRange(self.key_group, self.key_group)
+        self.harness.replay(ChangeLog([op for op in changes.ops if op[1] == DEFAULT_CF]
+                                      + _by_key_group(changes, owned).get(self.key_group, [])))
+
+    def is_empty(self) -> bool:
+        return self.harness.is_empty(self.key_group)
+
+    def checkpoint(self, target: str) -> None:
+        """A checkpoint of a new database holding the key group alone, in the column families the harness's has."""
+        self.harness.cleanup_expired_state()
+        work = f"{target}.work"
+        database = RocksDatabase(work, replace(self.harness.options, reuse_existing=False), collect_on_close=False)
+        try:
+            for name in self.harness.stored_state_names():
+                database.column_family(STATE_CF_PREFIX + name)  # empty ones too: the restored database knows them
+            for name in self.harness.raw_column_names():
+                database.column_family(RAW_CF_PREFIX + name)
+            self.harness.contents(self.key_group).apply(database)
+            database.checkpoint(target)
+        finally:
+            database.close()
+            shutil.rmtree(work, ignore_errors=True)
+
+    def state_metadata(self) -> list[StateMetadata]:
+        return self.harness.state_metadata()
+
+    def raw_column_names(self) -> list[str]:
+        return self.harness.raw_column_names()
+
+    def estimate_keys_with_state(self) -> int:
+        return -1  # for Spark's metrics only
+
+    def estimate_state_bytes(self) -> int:
+        return -1
 
 
 def harness_store(backend: KeyedStateBackend, checkpoint_dir: str) -> Any:
@@ -235,7 +322,8 @@ def harness_store(backend: KeyedStateBackend, checkpoint_dir: str) -> Any:
     if backend.backend_kind == "heap":
         return HarnessRowStore(backend)
     if backend.backend_kind == "rocksdb":
-        return HarnessVersionStore(backend, CheckpointStorage(checkpoint_dir))
+        assert isinstance(backend, RocksDBKeyedStateBackend)
+        return HarnessRocksDBStore(backend, CheckpointStorage(checkpoint_dir))
     raise ConfigurationError(
         f"the harness snapshots heap and RocksDB backends, got a backend of kind {backend.backend_kind!r}"
     )

@@ -17,7 +17,7 @@ from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, Storag
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
-from keyedstate.testing.snapshots import HarnessVersionStore
+from keyedstate.testing.snapshots import HarnessRocksDBStore
 from timers import InternalTimerService
 
 pytestmark = pytest.mark.slow
@@ -73,7 +73,7 @@ def test_unknown_or_malformed_options_are_refused():
 def test_a_harness_rocksdb_snapshot_goes_to_s3_and_restores_from_it(s3, tmp_path):
     location = f"s3://{s3.bucket}/harness"
     backend = RocksDBKeyedStateBackend(str(tmp_path / "db1"), num_key_groups=8, record_changes=True)
-    store = HarnessVersionStore(backend, CheckpointStorage(location, options=s3.storage_options()))
+    store = HarnessRocksDBStore(backend, CheckpointStorage(location, options=s3.storage_options()))
     count = backend.get_or_create_state(ValueStateDescriptor("count", int))
     for key in range(200):
         backend.set_current_key(f"k{key}")
@@ -83,7 +83,7 @@ def test_a_harness_rocksdb_snapshot_goes_to_s3_and_restores_from_it(s3, tmp_path
     backend.close()
     assert rows and all(VersionRecord.from_bytes(row[2]).location == location for row in rows.values())
     restored = RocksDBKeyedStateBackend(str(tmp_path / "db2"), num_key_groups=8, record_changes=True)
-    loader = HarnessVersionStore(restored, CheckpointStorage(location, options=s3.storage_options()))
+    loader = HarnessRocksDBStore(restored, CheckpointStorage(location, options=s3.storage_options()))
     loader.restore(rows, InternalTimerService(restored))
     loader.close()
     count = restored.get_or_create_state(ValueStateDescriptor("count", int))

@@ -68,9 +68,9 @@ def worker(tmp_path, monkeypatch):
     yield make
     for runtime_id in created:
         runtime = _RUNTIMES.pop(runtime_id, None)
-        store = getattr(runtime, "store", None)
-        if store is not None and store.open is not None:
-            store.open.close_all()
+        copies = getattr(getattr(runtime, "store", None), "copies", None)
+        if copies is not None and copies.open is not None:
+            copies.open.close_all()
 
 
 def call(function, users: list[str], state: FakeGroupState, batch_ms: int = 0) -> list[tuple]:

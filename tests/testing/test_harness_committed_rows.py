@@ -23,7 +23,7 @@ from keyedstate.state.key_groups.row_format import (
     decode_state_payload,
 )
 from keyedstate.state.key_groups.row_store import RowKeyGroupStore
-from keyedstate.state.rocksdb.versions import SnapshotPolicy, VersionRecord
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.testing import KeyedProcessHarness
 from timers import InternalTimerService
 
@@ -246,8 +246,9 @@ def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs
         records.append(VersionRecord.from_bytes(StateRow.from_row(harness.snapshot().rows[key_group]).state))
     assert [r.base is not None for r in records] == [False, False, True, True]
     assert [len(r.changelogs) for r in records] == [1, 2, 0, 1]
-    assert any(entry.name.endswith(".sst") for entry in harness._persistence()._versions(
-        harness._persistence().storage, key_group).read_manifest(records[2].base, records[2].base_batch).files)
+    versions = KeyGroupVersions(harness._persistence().storage, key_group, MAX_PARALLELISM)
+    assert any(entry.name.endswith(".sst")
+               for entry in versions.read_manifest(records[2].base, records[2].base_batch).files)
     snapshot = harness.snapshot()
     harness.close()
     restored = restore_from(snapshot, "rocksdb")
@@ -268,7 +269,7 @@ def test_a_byte_flipped_in_a_stored_file_fails_the_restore_naming_the_file(damag
     if damaged == "changelog":
         relative = record.changelogs[0].path
     else:
-        manifest = harness._persistence()._versions(harness._persistence().storage, key_group).read_manifest(
+        manifest = KeyGroupVersions(harness._persistence().storage, key_group, MAX_PARALLELISM).read_manifest(
             record.base, record.base_batch)
         relative = next(entry.path for entry in manifest.files if entry.name.endswith(".sst"))
     path = os.path.join(snapshot.storage_uri, relative)
@@ -293,3 +294,47 @@ def test_expired_state_is_not_in_the_next_snapshot(backend_kind):
     restored.set_processing_time(0)  # even with the clock back, nothing expired comes back
     assert all(record[2] is None and record[1] is not None for record in report(restored, 20))
     restored.close()
+
+
+def test_a_call_of_the_rocksdb_store_runs_load_save_finish_in_order_and_a_failed_save_keeps_nothing(tmp_path):
+    from keyedstate.checkpoint.storage import CheckpointStorage
+    from keyedstate.errors import StateBackendError
+    from keyedstate.state.key_groups.versioned import CallStatus
+    from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
+    from keyedstate.testing.snapshots import HarnessRocksDBStore
+
+    class Refusing(MemoryGroupState):
+        def update(self, row):
+            raise OSError("the row cannot be written")
+
+    backend = RocksDBKeyedStateBackend(tmp_path / "db", num_key_groups=MAX_PARALLELISM, record_changes=True)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    backend.set_current_key("a")
+    count.update(1)
+    key_group = key_group_of_key("a", MAX_PARALLELISM)
+    store = HarnessRocksDBStore(backend, CheckpointStorage(str(tmp_path / "storage")))
+    holder = MemoryGroupState()
+    with pytest.raises(StateBackendError, match="saved before it was loaded"):
+        store.save(key_group, holder, 1, None, False)
+    store.load(key_group, holder, 1, None)
+    assert store.call is not None and store.call.status is CallStatus.LOADED
+    with pytest.raises(StateBackendError, match=f"starts before key group {key_group}'s finished"):
+        store.load(key_group + 1, MemoryGroupState(), 1, None)
+    store.save(key_group, holder, 1, None, False)
+    assert store.call.status is CallStatus.SAVED and holder.exists
+    with pytest.raises(StateBackendError, match="saved before it was loaded"):
+        store.save(key_group, holder, 1, None, False)
+    store.finish(key_group, None, True)
+    assert store.call is None and key_group in store.tags  # kept at the saved version
+
+    count.update(2)
+    store.changes = {key_group: []}  # as a snapshot cuts them: what the next call stores
+    refusing = Refusing(holder.get)
+    store.load(key_group, refusing, 2, None)
+    with pytest.raises(OSError, match="cannot be written"):
+        store.save(key_group, refusing, 2, None, False)
+    assert store.call is not None and store.call.status is CallStatus.FAILED
+    store.finish(key_group, None, False)
+    assert store.call is None and store.tags[key_group] == StateRow.from_row(holder.get).tag  # the committed one
+    store.close()
+    backend.close()

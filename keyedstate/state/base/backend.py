@@ -285,7 +285,7 @@ class KeyedStateBackend(KeyContext, ABC):
 
     # ---- saving and restoring key groups (keyedstate.state.key_groups: Spark's state modes and the harness) -------
     # Row mode (format 1) moves records in the shared layout; RocksDB mode (format 2) stores recorded changes and
-    # RocksDB checkpoints, which only a backend that records its writes has (the others raise).
+    # RocksDB checkpoints, which only the RocksDB backends have (keyedstate.state.rocksdb.recording).
 
     @abstractmethod
     def export_records(self) -> list[tuple["StateMetadata", list[tuple[bytes, bytes]]]]:
@@ -314,61 +314,6 @@ class KeyedStateBackend(KeyContext, ABC):
     def prepare_snapshot(self) -> None:
         """Before a snapshot is saved: run the pre-snapshot hooks (timer services flush into their raw columns) and
         drop expired entries of TTL states that ask for cleanup in background or at full snapshots."""
-
-    def take_changes(self) -> Any:
-        """The writes since the last call (a :class:`~keyedstate.state.rocksdb.changelog.ChangeLog`)."""
-        raise self._no_change_log("take_changes")
-
-    def replay(self, changes: Any) -> None:
-        """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` (not recorded again)."""
-        raise self._no_change_log("replay")
-
-    def is_empty(self) -> bool:
-        """Whether no state and no raw column holds an entry."""
-        raise self._no_change_log("is_empty")
-
-    def checkpoint(self, target: str) -> None:
-        """A RocksDB checkpoint of the backend's database in ``target``."""
-        raise self._no_change_log("checkpoint")
-
-    # A backend pointed at one key group's local database per call (RocksDB mode on Spark:
-    # keyedstate.state.rocksdb.key_group_backend.KeyGroupRocksDBBackend); the others hold their key groups themselves.
-
-    def open_key_group(self, path: str, record_changes: bool = True) -> None:
-        """Open the key group database at ``path`` and bind every state to it."""
-        raise self._no_key_group_databases("open_key_group")
-
-    def attach_key_group(self, database: Any) -> None:
-        """Bind every state to an open key group database an earlier call detached."""
-        raise self._no_key_group_databases("attach_key_group")
-
-    def detach_key_group(self) -> Any:
-        """Unbind every state from the current key group database and hand it over, still open."""
-        raise self._no_key_group_databases("detach_key_group")
-
-    def close_key_group(self) -> None:
-        """Flush and close the current key group database."""
-        raise self._no_key_group_databases("close_key_group")
-
-    def start_recording(self) -> None:
-        """Record the writes of later calls from now on (a key group database opened empty)."""
-        raise self._no_key_group_databases("start_recording")
-
-    def estimate_keys_with_state(self) -> int:
-        """How many keys hold state, cheaply (for metrics); exact unless a backend can only estimate."""
-        return self.count_keys_with_state()
-
-    def _no_key_group_databases(self, method: str) -> Exception:
-        return ConfigurationError(
-            f"{method}() needs a backend with one local database per key group (RocksDB mode's "
-            f"KeyGroupRocksDBBackend); the {type(self).__name__} holds its key groups itself"
-        )
-
-    def _no_change_log(self, method: str) -> Exception:
-        return ConfigurationError(
-            f"{method}() needs a backend that records its writes (RocksDB); the {self.backend_kind} backend stores "
-            f"key groups as whole rows (export_records / load_stored_records)"
-        )
 
     @abstractmethod
     def cleanup_expired_state(self) -> int:

@@ -27,6 +27,7 @@ __all__ = [
     "LIST_SEQUENCE_BYTES",
     "key_group_prefix",
     "prefix_successor",
+    "last_access_ms",
     "EntryCodec",
 ]
 
@@ -38,6 +39,11 @@ _sequence_struct = struct.Struct(">Q")
 
 pack_sequence = _sequence_struct.pack
 unpack_sequence = _sequence_struct.unpack_from
+
+
+def last_access_ms(entry: bytes) -> int:
+    """The last-access time a TTL state's stored entry starts with."""
+    return _timestamp_struct.unpack_from(entry)[0]
 
 
 def prefix_successor(prefix: bytes) -> bytes:

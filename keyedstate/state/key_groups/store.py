@@ -9,10 +9,11 @@ Spark's timeout is set -> ``store.finish`` (always, also after a failure). Two k
 
 * format 1, :class:`keyedstate.state.key_groups.row_store.RowKeyGroupStore` (``state_backend="heap"``): the row
   carries the whole state and timers of the group.
-* format 2, :mod:`keyedstate.state.key_groups.versioned` (``state_backend="rocksdb"``): the state lives in RocksDB;
-  the row carries a small version record naming durable files (a base snapshot and changelogs). Spark's store is
-  :class:`keyedstate.spark.rocksdb_mode.RocksDBKeyGroupStore` (one local database per key group); the harness's
-  is :class:`keyedstate.testing.snapshots.HarnessVersionStore` (one database holding every owned key group).
+* format 2, :class:`keyedstate.state.key_groups.versioned.RocksDBKeyGroupStore` (``state_backend="rocksdb"``): the
+  state lives in RocksDB; the row carries a small version record naming durable files (a base snapshot and
+  changelogs). Spark and the harness run the same store: Spark on one local database per key group
+  (:mod:`keyedstate.spark.rocksdb_mode`), the harness on its one database seen one key group at a time
+  (:class:`keyedstate.testing.snapshots.HarnessRocksDBStore`).
 
 This package imports neither pyspark nor anything of :mod:`keyedstate.spark` (Spark imports it, never the reverse).
 """
@@ -37,8 +38,9 @@ _BACKEND_OF_FORMAT = {STATE_ROW_FORMAT_FULL: HEAP, STATE_ROW_FORMAT_ROCKSDB: ROC
 class KeyGroupStore(ABC):
     """Loads a key group's state into :attr:`backend` and saves it into the group's committed row.
 
-    Every method a store calls on its backend is declared on :class:`KeyedStateBackend`; those only some backends
-    can do (recorded changes, one local database per key group) raise ConfigurationError on the others."""
+    Row mode's store calls what :class:`KeyedStateBackend` declares; RocksDB mode's also what a
+    :class:`~keyedstate.state.rocksdb.recording.KeyGroupDatabases` backend does (recorded changes, one local database
+    per key group)."""
 
     backend: KeyedStateBackend
 
@@ -58,6 +60,10 @@ class KeyGroupStore(ABC):
     @abstractmethod
     def keys_with_state(self) -> int:
         """Keys holding state in the current key group (for metrics; RocksDB mode: RocksDB's estimate)."""
+
+    def cleanup_expired_state(self) -> None:
+        """At the end of a call, before :meth:`save`: delete the expired TTL entries of the key group."""
+        self.backend.cleanup_expired_state()
 
     base_bytes_written = 0
     """Of the bytes the last :meth:`save` wrote, those of a new base snapshot (RocksDB mode; for metrics)."""

@@ -5,22 +5,22 @@ from __future__ import annotations
 import json
 import logging
 import os
+from itertools import takewhile
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from keyedstate.errors import UnknownStateError
-from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key
+from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key, key_group_prefix
 from keyedstate.serialization import decode_key
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
-from keyedstate.state.rocksdb.changelog import ChangeLog
+from keyedstate.state.primitives.value_state import MemoValueState
+from keyedstate.state.rocksdb.changelog import PUT, ChangeLog
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
-from keyedstate.state.rocksdb.errors import translate
 from keyedstate.state.rocksdb.list_store import RocksDBListStore
 from keyedstate.state.rocksdb.map_store import RocksDBMapStore
 from keyedstate.state.rocksdb.options import RocksDBOptions
-from keyedstate.state.rocksdb.primitives import RocksDBValueState
 from keyedstate.state.rocksdb.raw_column import RocksDBRawColumn
 from keyedstate.state.rocksdb.value_store import RocksDBValueStore
 
@@ -29,7 +29,6 @@ __all__ = ["RocksDBKeyedStateBackend"]
 logger = logging.getLogger("keyedstate.state.rocksdb")
 
 METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
-_TTL_PREFIX_BYTES = 8
 _CLEANUP_BATCH = 10_000
 # Every stored key starts with a 2-byte key group < 0xffff (max parallelism is at most 32768).
 _AFTER_EVERY_KEY = b"\xff\xff\xff"
@@ -78,7 +77,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
         if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
-            return RocksDBValueState(descriptor, codec, store, self)
+            return MemoValueState(descriptor, codec, store, self)
         return super()._create_primitive(descriptor, codec, store)
 
     def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> RocksDBValueStore:
@@ -171,10 +170,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _stored_metadata(self) -> Iterator[StateMetadata]:
         """The metadata of every state the database describes (registered or not)."""
-        for key, value in self._database.db.items(from_key=METADATA_PREFIX):
-            if not key.startswith(METADATA_PREFIX):
-                break
-            yield StateMetadata.from_json(json.loads(value))
+        for _, _, _, value in self.metadata_changes().ops:
+            yield StateMetadata.from_json(json.loads(value or b""))
+
+    def metadata_changes(self) -> ChangeLog:
+        """Puts of every state's metadata as the database stores it."""
+        items = self._database.db.items(from_key=METADATA_PREFIX)
+        return ChangeLog([(PUT, DEFAULT_CF, key, value) for key, value in takewhile(
+            lambda item: item[0].startswith(METADATA_PREFIX), items)])
 
     def load_metadata_from_database(self) -> None:
         """Read the metadata of the states the database holds (after a restore or replayed changes)."""
@@ -300,28 +303,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             ttl = registered.descriptor.ttl_config
             if ttl is None or (only_snapshot_cleanup and not (ttl.cleanup_in_background or ttl.cleanup_full_snapshot)):
                 continue
-            removed += self._remove_expired(registered.store, now - ttl.ttl_millis)
+            removed += registered.store.remove_expired(now - ttl.ttl_millis, _CLEANUP_BATCH)
         if removed:
             logger.debug("TTL cleanup removed %d expired entries from %s", removed, self.path)
-        return removed
-
-    def _remove_expired(self, store: Any, expired_at_or_before: int) -> int:
-        database = self._database
-        handle = store._handle
-        batch = database.new_batch()
-        removed = 0
-        try:
-            for key, data in store._cf.items():
-                if int.from_bytes(data[:_TTL_PREFIX_BYTES], "big", signed=True) <= expired_at_or_before:
-                    batch.delete(key, handle)
-                    removed += 1
-                    if len(batch) >= _CLEANUP_BATCH:
-                        database.write(batch)
-                        batch = database.new_batch()
-        except Exception as error:
-            raise translate(error, "clean up expired state", self.path) from error
-        if len(batch):
-            database.write(batch)
         return removed
 
     def prepare_snapshot(self) -> None:
@@ -332,13 +316,30 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def take_changes(self) -> ChangeLog:
         """The writes since the database was opened or the last call (all of its content when not recording)."""
         self.run_pre_snapshot_hooks()  # the timer service issues its deferred deletes first
-        database = self._database
-        return database.take_changes() if database.records_changes else database.contents_as_changes()
+        return self._database.take_changes() if self._database.records_changes else self.contents()
 
-    def is_empty(self) -> bool:
-        """Whether no state and no raw column (timers) holds an entry."""
+    def contents(self, key_group: Optional[int] = None) -> ChangeLog:
+        """Everything the database holds (states, raw columns, state metadata) as puts; with ``key_group``, the
+        entries of that key group only, and the state metadata."""
         self.write_pending_values()
-        return self._database.is_empty()
+        if key_group is None:
+            return self._database.contents_as_changes()
+        start, stop = key_group_prefix(key_group), key_group_prefix(key_group + 1)
+        ops = self.metadata_changes().ops
+        for name, family in self._database.column_families.items():
+            if name != DEFAULT_CF:
+                ops += [(PUT, name, key, value) for key, value in takewhile(
+                    lambda item: item[0] < stop, family.items(from_key=start))]
+        return ChangeLog(ops)
+
+    def is_empty(self, key_group: Optional[int] = None) -> bool:
+        """Whether no state and no raw column (timers) holds an entry (of ``key_group``)."""
+        self.write_pending_values()
+        if key_group is None:
+            return self._database.is_empty()
+        start, stop = key_group_prefix(key_group), key_group_prefix(key_group + 1)
+        return all(next(iter(family.keys(from_key=start)), stop) >= stop
+                   for name, family in self._database.column_families.items() if name != DEFAULT_CF)
 
     def checkpoint(self, target: str) -> None:
         """A consistent copy of the database in ``target`` (SST files hard-linked); expired TTL entries are removed
@@ -347,7 +348,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._cleanup_expired(only_snapshot_cleanup=False)
         self._database.checkpoint(target)
 
-    def replay(self, changes: Any) -> None:
+    def replay(self, changes: ChangeLog) -> None:
         """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
         again: it is stored already)."""
         self.write_pending_values(forget=True)

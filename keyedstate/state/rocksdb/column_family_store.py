@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from keyedstate.errors import StateBackendError
-from keyedstate.state.base.layout import EntryCodec, prefix_successor
+from keyedstate.state.base.layout import EntryCodec, last_access_ms, prefix_successor
 from keyedstate.state.rocksdb.errors import translate
 
 __all__ = ["ColumnFamilyStore", "ClosedColumnFamily"]
@@ -32,7 +32,6 @@ class ColumnFamilyStore:
     """Base of the RocksDB stores: one column family per state (or raw column), ``entries``, of the open database."""
 
     __slots__ = ("_backend", "_database", "entries", "_handle", "_family_name", "_serialize", "_deserialize", "_name")
-    _cf = property(lambda self: self.entries)  # ``entries`` under its old name, for rocksdb/backend.py's TTL clean-up
 
     def __init__(self, backend: Any, family_name: str, codec: EntryCodec | None, name: str) -> None:
         self._backend = backend
@@ -64,6 +63,26 @@ class ColumnFamilyStore:
 
     def _fail(self, error: Exception, action: str) -> Exception:
         return translate(error, f"{action} state {self._name!r}", self._backend.path)
+
+    def remove_expired(self, expired_at_or_before: int, batch_size: int) -> int:
+        """Delete the TTL entries last accessed at or before ``expired_at_or_before``, in
+        write batches of ``batch_size``; returns how many."""
+        database = self._database
+        batch = database.new_batch()
+        removed = 0
+        try:
+            for key, data in self.entries.items():
+                if last_access_ms(data) <= expired_at_or_before:
+                    batch.delete(key, self._handle)
+                    removed += 1
+                    if len(batch) >= batch_size:
+                        database.write(batch)
+                        batch = database.new_batch()
+            if len(batch):
+                database.write(batch)
+        except Exception as error:
+            raise self._fail(error, "clean up expired entries of") from error
+        return removed
 
     def _delete_prefix(self, prefix: bytes) -> None:
         try:

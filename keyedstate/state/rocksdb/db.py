@@ -269,14 +269,3 @@ def _holder_hint(path: str) -> str:
         return f" (held by pid {owner.get('pid')} on host {owner.get('host')} since epoch ms {owner.get('since_ms')})"
     except (OSError, ValueError):
         return " (holder unknown: no owner file)"
-
-
-def open_read_only(path: str) -> Any:
-    """Open a checkpoint directory read-only with all its column families (for restores)."""
-    options = rocksdict.Options(raw_mode=True)
-    try:
-        names = rocksdict.Rdict.list_cf(path, options)
-        families = {name: rocksdict.Options(raw_mode=True) for name in names if name != DEFAULT_CF}
-        return rocksdict.Rdict(path, options, column_families=families, access_type=rocksdict.AccessType.read_only(False))
-    except Exception as error:
-        raise translate(error, "open a staged RocksDB snapshot", path) from error

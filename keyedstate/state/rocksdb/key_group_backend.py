@@ -24,7 +24,8 @@ __all__ = ["KeyGroupRocksDBBackend"]
 
 
 class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
-    """Opened on the database at ``path``; :meth:`open_key_group` moves it to another key group's database."""
+    """Opened on the database at ``path``; :meth:`open_key_group` moves it to another key group's database (a
+    :class:`~keyedstate.state.rocksdb.recording.KeyGroupDatabases`)."""
 
     record_changes = True
     collect_on_close = False  # every store is unbound before the database closes
@@ -139,12 +140,6 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
             except Exception:  # for metrics only; rocksdict raises plain Exception
                 return -1
         return total
-
-    def cleanup_expired_state(self) -> int:
-        """Nothing per call: scanning every entry of a large key group each call would cost what the RocksDB mode
-        exists to avoid. Expired entries are never returned (reads check the TTL) and are removed from storage when
-        the next base snapshot is taken (:meth:`checkpoint`)."""
-        return 0
 
     def _check_registered_against_database(self) -> None:
         for name, metadata in list(self._restored_metadata.items()):

@@ -1,0 +1,46 @@
+"""What RocksDB mode's store (:class:`~keyedstate.state.key_groups.versioned.RocksDBKeyGroupStore`) drives beyond
+:class:`~keyedstate.state.base.backend.KeyedStateBackend`: one key group's local database at a time, recording its
+writes. Spark's is :class:`~keyedstate.state.rocksdb.key_group_backend.KeyGroupRocksDBBackend`; the harness's is a
+view of one key group of its one database (:mod:`keyedstate.testing.snapshots`). The heap backend saves whole rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.rocksdb.changelog import ChangeLog
+
+__all__ = ["KeyGroupDatabases", "KeyGroupSource"]
+
+
+class KeyGroupSource(Protocol):
+    """What a new base snapshot of one key group is made of: a RocksDB checkpoint holding exactly the key group's
+    state, timers and state metadata (expired TTL entries removed first), and what it holds."""
+
+    def checkpoint(self, target: str) -> None: ...
+    def state_metadata(self) -> list[StateMetadata]: ...
+    def raw_column_names(self) -> list[str]: ...
+
+
+@runtime_checkable
+class KeyGroupDatabases(KeyGroupSource, Protocol):
+    """A key group's database, opened on the directory the store prepared (``record_changes`` off: opened empty,
+    ``take_changes`` returns everything) or taken over open (``attach``) from an earlier call; at the call's end closed
+    (flushed), or detached and kept open by the store (``start_recording`` first). In between: ``take_changes`` (the
+    writes since the open or the last call), ``replay`` (stored changes, not recorded again), ``is_empty`` (no state
+    or timer entry), what a new base is made of (a :class:`KeyGroupSource`) and, for metrics, RocksDB's cheap estimates
+    (-1 when unknown)."""
+
+    def open_key_group(self, path: str, record_changes: bool = True) -> None: ...
+    def attach_key_group(self, database: Any) -> None: ...
+    def detach_key_group(self) -> Any: ...
+    def close_key_group(self) -> None: ...
+    def start_recording(self) -> None: ...
+    @property
+    def attached(self) -> bool: ...
+    def take_changes(self) -> ChangeLog: ...
+    def replay(self, changes: ChangeLog) -> None: ...
+    def is_empty(self) -> bool: ...
+    def estimate_keys_with_state(self) -> int: ...
+    def estimate_state_bytes(self) -> int: ...
