@@ -203,7 +203,7 @@ def through_key_runs(seed: int) -> list[Any]:
     operator = KeyedProcessOperator(Chaos(), HeapKeyedStateBackend(num_key_groups=16, validate_writes=False))
     operator.open()
     keys = [f"{key}-{n}" for key in KEYS for n in range(4)]
-    service = operator.timer_service
+    service = operator.internal_timer_service
     trace: list[Any] = []
     for number, batch in enumerate([*batches(seed), []]):
         runs, values, timestamps = [], [], []

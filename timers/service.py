@@ -119,7 +119,7 @@ class InternalTimerService:
         Python flush applied (the compiled one counts its own: ``TimerService.timer_counts`` adds them up)."""
         self.timers_deleted = 0
         """Deletions so far, counted like :attr:`timers_registered` (a deletion of an unregistered timer counts)."""
-        backend.add_pre_snapshot_hook(self.flush)
+        backend.add_pre_snapshot_hook(self.write_to_columns)
 
     def set_triggerable(self, triggerable: Triggerable) -> None:
         self.triggerable = triggerable
@@ -353,7 +353,7 @@ class InternalTimerService:
 
     # ---- persistence ---------------------------------------------------------------------------------------------
 
-    def flush(self) -> None:
+    def write_to_columns(self) -> None:
         """Bring the raw columns up to date (heap: write changed key groups; RocksDB: deferred deletes of fired
         timers); runs as the backend's pre-snapshot hook."""
         self._event.flush()

@@ -43,7 +43,7 @@ class TimerService:
     While it runs one key's elements in a row it sets :attr:`collecting`: no timer can fire while those elements
     run (timers fire only when time advances, between runs), and a timer's final state after any sequence of
     register and delete calls is its last call. So the calls are kept per timestamp, one cheap dict store each, and
-    reach the timer queues once, when the operator calls :meth:`flush` before the current key changes; a key that
+    reach the timer queues once, when the operator calls :meth:`apply_collected_calls` before the current key changes; a key that
     deletes its previous timer and registers the next one for every element touches the queue twice per run instead
     of twice per element. Otherwise (in ``on_timer``) each call goes straight to the queues, so a timer registered
     there at or before the time being advanced to fires in the same advance. Either way invalid timestamps fail at
@@ -52,7 +52,7 @@ class TimerService:
 
     def __init__(self, service: InternalTimerService) -> None:
         self._service = service
-        self._event_time: dict[int, bool] = {}  # cleared by flush, never replaced: the compiled calls hold them
+        self._event_time: dict[int, bool] = {}  # cleared by apply_collected_calls, never replaced: the compiled calls hold them
         self._processing_time: dict[int, bool] = {}
         self._collecting = False
         self._compiled_calls: tuple[Any, ...] = ()
@@ -74,18 +74,18 @@ class TimerService:
                                           max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
                 self._compiled_calls += (call,)
-            # Applying a run's calls to the heap queues too; other queues and firing queues reach flush() below.
+            # Applying a run's calls to the heap queues too; other queues and firing queues reach apply_collected_calls() below.
             self._compiled_flush = fastpath.TimerFlush(
                 context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
                 event_changes=self._event_time, processing_changes=self._processing_time,
                 namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
-                fallback=TimerService.flush.__get__(self), **_FLUSH_FIELDS,
+                fallback=TimerService.apply_collected_calls.__get__(self), **_FLUSH_FIELDS,
             )
-            self.flush = self._compiled_flush.call  # type: ignore[method-assign]
+            self.apply_collected_calls = self._compiled_flush.call  # type: ignore[method-assign]
 
     @property
     def collecting(self) -> bool:
-        """True while the operator runs a key's elements (the calls are collected until :meth:`flush`); False
+        """True while the operator runs a key's elements (the calls are collected until :meth:`apply_collected_calls`); False
         otherwise (the calls go straight to the queues, for the current key)."""
         return self._collecting
 
@@ -136,7 +136,7 @@ class TimerService:
         else:
             self._service.delete_event_time_timer(VOID_NAMESPACE, timestamp)
 
-    def flush(self) -> None:
+    def apply_collected_calls(self) -> None:
         """Apply the collected calls to the current key's timers; call it before the current key changes."""
         event_time, processing_time = self._event_time, self._processing_time
         if event_time or processing_time:

@@ -105,10 +105,10 @@ class KeyedProcessOperator:
         self._describes = tuple(self._describer(name) for name in self.element_methods)
         self.backend = backend
         self.outputs = OutputBuffer()
-        self.timer_service = InternalTimerService(backend, self)
+        self.internal_timer_service = InternalTimerService(backend, self)
         # The one TimerService user code sees, in process_element and on_timer: it collects a key run's calls
         # (process_key_runs sets `collecting`) and passes the calls of on_timer straight to the queues.
-        self.user_timer_service = TimerService(self.timer_service)
+        self.user_timer_service = TimerService(self.internal_timer_service)
         self.runtime_context = RuntimeContext(
             backend,
             task_name=task_name or self.function_name,
@@ -173,7 +173,7 @@ class KeyedProcessOperator:
         # A key's timer calls reach the queues once per run (see TimerService); flushed before the key changes, and
         # on the way out even when an element failed, so what the run registered stays registered.
         timer_calls = self.user_timer_service
-        flush_timer_calls = timer_calls.flush
+        flush_timer_calls = timer_calls.apply_collected_calls
         timer_calls.collecting = True
         index = start = 0
         try:
@@ -207,14 +207,14 @@ class KeyedProcessOperator:
     def advance_watermark(self, watermark: int) -> int:
         """Fire every event-time timer with ``timestamp <= watermark``; returns how many fired."""
         before = self.timers_fired
-        self.timer_service.advance_watermark(watermark)
+        self.internal_timer_service.advance_watermark(watermark)
         self.backend.clear_current_key()
         return self.timers_fired - before
 
     def advance_processing_time(self, now: int) -> int:
         """Fire every processing-time timer with ``timestamp <= now``; returns how many fired."""
         before = self.timers_fired
-        self.timer_service.advance_processing_time(now)
+        self.internal_timer_service.advance_processing_time(now)
         self.backend.clear_current_key()
         return self.timers_fired - before
 

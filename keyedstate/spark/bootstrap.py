@@ -184,7 +184,7 @@ class _BootstrapRuntime:
         operator, store = runtime.operator, runtime.store
         runtime.enter_task()
         runtime.clock.now_ms = self.job.now_ms
-        timers = operator.timer_service
+        timers = operator.internal_timer_service
         captured = _CapturedRow()
         succeeded = False
         try:

@@ -233,7 +233,7 @@ class GroupRuntime:
              where: str) -> list[pd.DataFrame]:
         started = perf_counter()
         operator = self.operator
-        timers = operator.timer_service
+        timers = operator.internal_timer_service
         fired_before = operator.timers_fired
         processed_before = operator.elements_processed
         timer_counts = operator.user_timer_service.timer_counts
@@ -287,7 +287,7 @@ class GroupRuntime:
     def _note_timer_lag(self, key_group: int, now: int, metrics: CallMetrics) -> None:
         """Before processing time advances to ``now``: how late the oldest due processing-time timer fires."""
         if self.spec.emits_metrics:
-            due = self.operator.timer_service.earliest_timer(TimeDomain.PROCESSING_TIME, key_group)
+            due = self.operator.internal_timer_service.earliest_timer(TimeDomain.PROCESSING_TIME, key_group)
             if due is not None and due.timestamp <= now:
                 metrics.timer_lag_ms = max(metrics.timer_lag_ms or 0, now - due.timestamp)
 
@@ -344,7 +344,7 @@ class GroupRuntime:
     def _persist(self, key_group: int, group_state: Any, batch_id: Optional[int], watermark: Optional[int],
                  now: int) -> int:
         """Write the row (or remove it) and Spark's timeout; returns the bytes written durably."""
-        timers = self.operator.timer_service
+        timers = self.operator.internal_timer_service
         has_timers = (timers.earliest_timer(TimeDomain.EVENT_TIME, key_group) is not None
                       or timers.earliest_timer(TimeDomain.PROCESSING_TIME, key_group) is not None)
         kept, written = self.store.save(key_group, group_state, batch_id, timers, has_timers)
@@ -372,7 +372,7 @@ class GroupRuntime:
         """End the call of ``key_group``: release its state (committed or, unless ``succeeded``, rolled back) and
         drop output the call did not hand over."""
         self.backend.clear_current_key()
-        self.store.finish(key_group, self.operator.timer_service, succeeded)
+        self.store.finish(key_group, self.operator.internal_timer_service, succeeded)
         self.operator.outputs.drain()
         self.operator.outputs.drain_all_side()
 

@@ -188,13 +188,13 @@ class KeyedHarnessBase:
         return pairs if with_timestamps else [value for value, _ in pairs]
 
     def num_event_time_timers(self) -> int:
-        return self._operator().timer_service.num_event_time_timers()
+        return self._operator().internal_timer_service.num_event_time_timers()
 
     def num_processing_time_timers(self) -> int:
-        return self._operator().timer_service.num_processing_time_timers()
+        return self._operator().internal_timer_service.num_processing_time_timers()
 
     def current_watermark(self) -> int:
-        return self._operator().timer_service.current_watermark()
+        return self._operator().internal_timer_service.current_watermark()
 
     def current_processing_time(self) -> int:
         return self._clock()
@@ -221,7 +221,7 @@ class KeyedHarnessBase:
         :mod:`keyedstate.testing.snapshots`)."""
         operator = self._operator()
         self._checkpoint_id += 1
-        rows = self._persistence().snapshot(self._checkpoint_id, operator.timer_service)
+        rows = self._persistence().snapshot(self._checkpoint_id, operator.internal_timer_service)
         return HarnessSnapshot(
             checkpoint_id=self._checkpoint_id,
             storage_uri=self._checkpoint_dir,
@@ -260,7 +260,7 @@ class KeyedHarnessBase:
         for taken in sorted(snapshots, key=lambda s: s.checkpoint_id):
             rows.update((key_group, row) for key_group, row in taken.rows.items() if key_group in owned)
         try:
-            harness._persistence().restore(rows, harness._created_operator().timer_service)
+            harness._persistence().restore(rows, harness._created_operator().internal_timer_service)
         except BaseException:
             harness.close()
             raise

@@ -74,7 +74,7 @@ def _runs(elements: list[tuple[str, Any]]) -> tuple[list, list, list]:
 
 
 def _timers(operator: KeyedProcessOperator) -> list:
-    service = operator.timer_service
+    service = operator.internal_timer_service
     return [sorted((t.timestamp, t.key) for t in service.timers(domain))
             for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME)]
 

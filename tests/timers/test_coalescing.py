@@ -37,7 +37,7 @@ def test_the_last_call_per_timestamp_decides_and_nothing_reaches_the_queue_befor
     calls.register_processing_time_timer(30)
     calls.register_processing_time_timer(30)  # twice: once
     assert service.num_event_time_timers() == 0 and service.num_processing_time_timers() == 0
-    calls.flush()
+    calls.apply_collected_calls()
     assert [t for t, _ in _timers(service, TimeDomain.EVENT_TIME)] == [20]
     assert [t for t, _ in _timers(service, TimeDomain.PROCESSING_TIME)] == [30]
     service.advance_watermark(100)
@@ -56,7 +56,7 @@ def test_a_run_can_delete_and_re_register_timers_queued_before_it(setup):
     calls.delete_event_time_timer(10)  # ... and the last call deletes it
     calls.delete_event_time_timer(11)
     calls.register_event_time_timer(11)  # deleted and registered again: still there
-    calls.flush()
+    calls.apply_collected_calls()
     assert [t for t, _ in _timers(service, TimeDomain.EVENT_TIME)] == [11]
 
 
@@ -65,11 +65,11 @@ def test_flush_applies_the_calls_to_the_current_key_only_and_starts_empty_again(
     calls = _collecting(service)
     at(backend, "a")
     calls.register_event_time_timer(5)
-    calls.flush()
+    calls.apply_collected_calls()
     at(backend, "b")
-    calls.flush()  # nothing collected for b
+    calls.apply_collected_calls()  # nothing collected for b
     calls.register_event_time_timer(6)
-    calls.flush()
+    calls.apply_collected_calls()
     service.advance_watermark(10)
     assert rec.take() == [(5, "a"), (6, "b")]
 
@@ -83,7 +83,7 @@ def test_an_invalid_timestamp_fails_at_the_call_and_is_not_collected(setup, meth
     at(backend, "k")
     with pytest.raises(InvalidTimestampError):
         getattr(calls, method)(bad)
-    calls.flush()
+    calls.apply_collected_calls()
     assert service.num_event_time_timers() == 0 and service.num_processing_time_timers() == 0
 
 
@@ -104,7 +104,7 @@ def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup
             method, timestamp = rng.choice(methods), rng.randrange(1, 15)
             getattr(direct, method)(timestamp)
             getattr(coalescing, method)(timestamp)
-        coalescing.flush()
+        coalescing.apply_collected_calls()
         for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME):
             expected = sorted((t.timestamp, t.key) for t in direct_service.timers(domain))
             assert sorted((t.timestamp, t.key) for t in coalesced_service.timers(domain)) == expected, run
@@ -120,7 +120,7 @@ def test_outside_a_run_the_calls_go_straight_to_the_queues(setup):
     calls.delete_processing_time_timer(11)
     assert not _timers(service, TimeDomain.PROCESSING_TIME)
     at(backend, "other")
-    calls.flush()  # nothing was collected, so nothing moves to "other"
+    calls.apply_collected_calls()  # nothing was collected, so nothing moves to "other"
     service.advance_watermark(10)
     assert rec.take() == [(10, "k")]
 
@@ -132,9 +132,9 @@ def test_flush_without_a_current_key_fails_and_drops_the_collected_calls(setup):
     calls.register_event_time_timer(5)
     backend.clear_current_key()
     with pytest.raises(NoKeyContextError):
-        calls.flush()
+        calls.apply_collected_calls()
     at(backend, "k")
-    calls.flush()  # nothing left to apply
+    calls.apply_collected_calls()  # nothing left to apply
     assert service.num_event_time_timers() == 0
 
 
@@ -149,7 +149,7 @@ def test_calls_flushed_while_timers_fire_join_the_firing_in_timestamp_order(setu
             calls.register_event_time_timer(7)
             calls.delete_event_time_timer(9)
             calls.register_processing_time_timer(40)  # the other queue is idle: both go through one flush
-            calls.flush()
+            calls.apply_collected_calls()
 
     backend, service, rec = make(setup, on_fire=register_more)
     holder["calls"] = _collecting(service)
@@ -170,7 +170,7 @@ def test_a_registration_creates_the_queue_of_a_key_group_without_timers_and_dele
     calls.register_processing_time_timer(4)
     calls.register_event_time_timer(6)
     calls.delete_processing_time_timer(1)
-    calls.flush()
+    calls.apply_collected_calls()
     assert [t for t, _ in _timers(service, TimeDomain.EVENT_TIME)] == [6]
     assert [t for t, _ in _timers(service, TimeDomain.PROCESSING_TIME)] == [4]
     service.advance_watermark(6)
@@ -188,9 +188,9 @@ def test_the_service_counts_a_runs_registrations_and_deletions_once_per_timestam
     calls.delete_event_time_timer(20)  # the last call per timestamp counts: a deletion
     calls.delete_processing_time_timer(99)  # deleting a timer that does not exist counts too
     calls.register_processing_time_timer(30)
-    calls.flush()
+    calls.apply_collected_calls()
     assert calls.timer_counts() == (2, 2)
-    calls.flush()  # nothing collected since: nothing counted
+    calls.apply_collected_calls()  # nothing collected since: nothing counted
     calls.collecting = False  # as in on_timer: every call reaches the service, and counts
     calls.register_event_time_timer(40)
     calls.register_event_time_timer(40)

@@ -38,7 +38,7 @@ def test_a_new_service_loads_timers_already_in_the_raw_column():
     first = InternalTimerService(backend)
     backend.set_current_key("a")
     first.register_processing_time_timer(V, 5)
-    first.flush()
+    first.write_to_columns()
     second = InternalTimerService(backend, name="user-timers")
     assert [t.key for t in second.timers(TimeDomain.PROCESSING_TIME)] == ["a"]
     other = InternalTimerService(backend, name="other-operator")  # services with other names are separate

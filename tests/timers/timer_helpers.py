@@ -142,7 +142,7 @@ def snapshot_restore(setup: Setup, backend: Any, service: InternalTimerService, 
         storage = "rocksdb" if new.backend_kind == "rocksdb" else service.storage
         loading = InternalTimerService(new, name=service.name, storage=storage)
         setup.store(new).restore({kg: row for kg, row in rows.items() if kg in key_group_range}, loading)
-        loading.flush()
+        loading.write_to_columns()
         restored.append(new)
     return restored
 
