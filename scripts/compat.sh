@@ -33,7 +33,7 @@ SUBSET=(
 # marker, the state reader's other provider, the version checks) and the docs' example, which builds its own
 # classic session.
 OLDER_SPARK=(
-    tests/spark/test_compat.py
+    tests/test_spark_compat.py
     tests/spark/test_late_events.py
     "tests/spark/test_outputs_and_state_reader.py::test_main_side_and_metrics_outputs_and_the_state_read_back[default-store]"
     "tests/docs/test_code_blocks.py::test_code_blocks_run[spark.md]"

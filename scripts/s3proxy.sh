@@ -4,7 +4,7 @@
 #
 #   bash scripts/s3proxy.sh fetch     download the S3Proxy jar from Maven Central, checked against its sha1 (idempotent)
 #
-# The tests start and stop servers themselves (tests/s3proxy_server.py). Environment: S3PROXY_VERSION (default 2.9.0).
+# The tests start and stop servers themselves (scripts/s3proxy_server.py, through tests/conftest.py). Environment: S3PROXY_VERSION (default 2.9.0).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -162,3 +162,12 @@ def test_a_name_that_does_not_exist_is_caught():
     assert _unresolved("keyedstate.keygroups.no_such_function") == "keyedstate.keygroups defines no no_such_function"
     assert _unresolved("keyedstate.spark.group_function.GroupRuntime.no_such_step") is not None
     assert _unresolved("keyedstate.spark.group_function.GroupRuntime.enter_task") is None
+
+
+def test_every_test_file_the_scripts_and_the_makefile_name_exists():
+    """The compatibility job and the make targets select tests by path; a moved test file would leave them running
+    nothing (``pytest`` stops with "file or directory not found")."""
+    named = {match for source in [ROOT / "Makefile", *sorted((ROOT / "scripts").glob("*.sh"))]
+             for match in re.findall(r"\btests/[\w/]+\.py", source.read_text())}
+    assert named, "the scripts select tests by path: the pattern no longer finds them"
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
