@@ -27,6 +27,7 @@ TIMERS_USES = (
     "keyedstate.state.base.key_context",  # the current key: KeyContext, the interface timers are written against
     "keyedstate.state.base.stores",  # RawColumn: where timers persist
     "keyedstate.state.base.layout",  # the key-group prefix of stored keys, the void namespace
+    "keyedstate.state.base.kinds",  # the state backends' names, which choose the timers' storage
     "keyedstate.keygroups",  # key-group assignment (the key-group owner module)
     "keyedstate.serialization",  # decoding a timer's key
     "keyedstate.api.time_domain",  # TimeDomain and the watermark bounds

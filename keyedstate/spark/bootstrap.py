@@ -39,6 +39,7 @@ from keyedstate.spark.process import KEY_GROUP_COLUMN, add_key_group_column
 from keyedstate.spark.schemas import check_key_columns
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark_compat import check_arrow
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.key_groups.initial_state import (
     KeyedStateBootstrap,
     encode_row,
@@ -47,7 +48,6 @@ from keyedstate.state.key_groups.initial_state import (
     write_bootstrap_manifest,
 )
 from keyedstate.state.key_groups.row_format import StateRow
-from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = ["bootstrap_keyed_state"]

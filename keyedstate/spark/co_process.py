@@ -48,8 +48,8 @@ from keyedstate.spark.watermarks import (
     watermark_field,
     without_watermark,
 )
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
-from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 

@@ -50,10 +50,11 @@ from keyedstate.spark_compat import (
     watermark_or_none,
 )
 from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.key_groups.initial_state import InitialState
 from keyedstate.state.key_groups.row_format import StateRow
-from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, check_recorded_key_groups
+from keyedstate.state.key_groups.store import KeyGroupStore, check_recorded_key_groups
 
 if TYPE_CHECKING:
     from keyedstate.spark.co_process import TwoInputColumns

@@ -27,6 +27,7 @@ from keyedstate.spark.inspection_report import (
 )
 from keyedstate.spark.state_sizes import key_group_storage_frame, key_sizes_frame
 from keyedstate.spark_compat import state_rows_frame
+from keyedstate.state.base.kinds import HEAP, ROCKSDB
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB
 
 __all__ = ["inspect_keyed_state", "FAR_FUTURE_MS"]
@@ -92,7 +93,7 @@ def inspect_keyed_state(
     finally:
         keys.unpersist()
     formats = {row["format"] for row in storage_rows}
-    backend = "rocksdb" if STATE_ROW_FORMAT_ROCKSDB in formats else ("heap" if formats else "empty")
+    backend = ROCKSDB if STATE_ROW_FORMAT_ROCKSDB in formats else (HEAP if formats else "empty")
     return KeyedStateInspection(
         checkpoint=shown, batch_id=batch_id, backend=backend,
         num_key_groups=max((row["num_key_groups"] for row in storage_rows), default=None),

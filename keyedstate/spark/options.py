@@ -13,8 +13,8 @@ from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
 from keyedstate.spark.key_group_layout import BALANCED, check_key_group_layout
 from keyedstate.spark.state_backend_options import UID_RULE, is_valid_uid, suggested_uid
+from keyedstate.state.base.kinds import HEAP, STATE_BACKENDS
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
-from keyedstate.state.key_groups.store import HEAP, STATE_BACKENDS
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 

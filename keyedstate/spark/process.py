@@ -31,9 +31,9 @@ from keyedstate.spark.state_backend_options import default_uid, resolve_state_ba
 from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import check_watermark, keep_late_events
 from keyedstate.spark_compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap, resolve_initial_state
 from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
-from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.rocksdb.options import RocksDBOptions
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
 

@@ -33,6 +33,7 @@ from keyedstate.errors import (
 )
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.evolution import check_evolution
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.descriptors import StateDescriptor
 
 __all__ = ["QuerySettings", "SETTINGS_RECORD", "check_restart_settings", "operator_storage_location"]
@@ -145,7 +146,7 @@ def _record_of_another_uid(query_storage: CheckpointStorage, uid: str, settings:
     if len(others) != 1:  # none, or several operators of one query: nothing tells which one this was
         return None
     old_uid, other = others[0]
-    if settings.state_backend != "heap":
+    if settings.state_backend != HEAP:
         raise RestartSettingsChangedError(
             f"{call} cannot restart on this checkpoint (batch {batch} would be the first of this run; nothing was "
             f"committed): its state was written with uid={old_uid!r}, but it now runs with uid={uid!r}; its RocksDB "

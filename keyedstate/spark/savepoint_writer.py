@@ -29,9 +29,9 @@ from keyedstate.keygroups import key_group_prefix
 from keyedstate.spark.savepoint_records import EVENT_TIMERS, PROCESSING_TIMERS, decode_chunk, savepoint_work_dir
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.evolution import reads_as_is
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.key_groups.initial_state import encode_row, storage_at
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_FULL, StateRow, encode_state_payload
-from keyedstate.state.key_groups.store import HEAP
 from keyedstate.state.key_groups.versioned import save_version, version_row
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy

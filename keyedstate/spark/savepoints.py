@@ -43,6 +43,7 @@ from keyedstate.spark.savepoint_source import (
     is_savepoint_directory,
 )
 from keyedstate.spark.savepoint_writer import RESULT_SCHEMA, TargetWriter
+from keyedstate.state.base.kinds import STATE_BACKENDS
 from keyedstate.state.key_groups.initial_state import (
     BOOTSTRAP_MANIFEST,
     KeyedStateBootstrap,
@@ -50,7 +51,6 @@ from keyedstate.state.key_groups.initial_state import (
     read_bootstrap_manifest,
     write_bootstrap_manifest,
 )
-from keyedstate.state.key_groups.store import STATE_BACKENDS
 
 __all__ = ["Savepoint", "write_savepoint", "stop_with_savepoint", "read_savepoint"]
 

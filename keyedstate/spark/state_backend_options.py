@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotError
 from keyedstate.redaction import redact_uri
-from keyedstate.state.key_groups.store import HEAP
+from keyedstate.state.base.kinds import HEAP
 
 if TYPE_CHECKING:
     from keyedstate.spark.options import KeyedProcessOptions

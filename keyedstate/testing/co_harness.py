@@ -18,6 +18,7 @@ from typing import Any, Optional, Sequence, Union
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK
 from keyedstate.key_types import KeyTypeSpec
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.testing.harness import (
     BackendChoice,
     HarnessSnapshot,
@@ -45,7 +46,7 @@ class KeyedCoProcessHarness(KeyedHarnessBase):
         key_selector1: Any,
         key_selector2: Any,
         *,
-        backend: BackendChoice = "heap",
+        backend: BackendChoice = HEAP,
         num_key_groups: Optional[int] = None,
         key_types: Optional[Sequence[KeyTypeSpec]] = None,
         partition: int = 0,
@@ -108,7 +109,7 @@ class KeyedCoProcessHarness(KeyedHarnessBase):
         key_selector2: Any,
         snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
         *,
-        backend: BackendChoice = "heap",
+        backend: BackendChoice = HEAP,
         partition: int = 0,
         partitions: int = 1,
     ) -> "KeyedCoProcessHarness":

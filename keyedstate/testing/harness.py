@@ -26,6 +26,7 @@ from keyedstate.key_types import KeyTypeSpec, key_column_types
 from keyedstate.keygroups import key_group_assigner, key_group_range_for_partition, num_key_groups_or_alias
 from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.state.base.backend import KeyedStateBackend
+from keyedstate.state.base.kinds import HEAP, ROCKSDB
 from keyedstate.state.descriptors import StateDescriptor
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing.clock import ManualClock
@@ -79,7 +80,7 @@ class KeyedHarnessBase:
         self,
         function: Any,
         *,
-        backend: BackendChoice = "heap",
+        backend: BackendChoice = HEAP,
         num_key_groups: Optional[int] = None,
         key_types: Optional[Sequence[KeyTypeSpec]] = None,
         partition: int = 0,
@@ -117,11 +118,11 @@ class KeyedHarnessBase:
     def _make_backend(self, choice: BackendChoice, num_key_groups: int, key_group_range: Any) -> KeyedStateBackend:
         if isinstance(choice, KeyedStateBackend):
             return choice
-        if choice == "heap":
+        if choice == HEAP:
             return HeapKeyedStateBackend(
                 num_key_groups=num_key_groups, key_group_range=key_group_range, ttl_clock=self._clock,
             )
-        if choice == "rocksdb":
+        if choice == ROCKSDB:
             from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
 
             # Its writes are recorded, so a snapshot stores per key group only what changed (see snapshots.py).
@@ -315,7 +316,7 @@ class KeyedProcessHarness(KeyedHarnessBase):
         function: KeyedProcessFunction,
         key_selector: Any,
         *,
-        backend: BackendChoice = "heap",
+        backend: BackendChoice = HEAP,
         num_key_groups: Optional[int] = None,
         key_types: Optional[Sequence[KeyTypeSpec]] = None,
         partition: int = 0,
@@ -355,7 +356,7 @@ class KeyedProcessHarness(KeyedHarnessBase):
         key_selector: Any,
         snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
         *,
-        backend: BackendChoice = "heap",
+        backend: BackendChoice = HEAP,
         partition: int = 0,
         partitions: int = 1,
     ) -> "KeyedProcessHarness":

@@ -21,6 +21,7 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import KeyGroupRange, key_group_of_stored_key, key_group_prefix
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
+from keyedstate.state.base.kinds import HEAP, ROCKSDB
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_store import Records, RowKeyGroupStore
 from keyedstate.state.key_groups.versioned import LocalCopy, RocksDBKeyGroupStore
@@ -48,7 +49,7 @@ class HarnessSnapshot:
     rows: Mapping[int, tuple[Any, ...]]
     processing_time: int
     num_key_groups: int
-    backend_kind: str = field(default="heap")
+    backend_kind: str = field(default=HEAP)
     key_types: Optional[tuple[str, ...]] = None
 
     @property
@@ -319,9 +320,9 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
 
 def harness_store(backend: KeyedStateBackend, checkpoint_dir: str) -> Any:
     """The save/restore step for the harness's backend."""
-    if backend.backend_kind == "heap":
+    if backend.backend_kind == HEAP:
         return HarnessRowStore(backend)
-    if backend.backend_kind == "rocksdb":
+    if backend.backend_kind == ROCKSDB:
         assert isinstance(backend, RocksDBKeyedStateBackend)
         return HarnessRocksDBStore(backend, CheckpointStorage(checkpoint_dir))
     raise ConfigurationError(

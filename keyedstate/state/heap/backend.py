@@ -9,6 +9,7 @@ from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key
 from keyedstate.serialization import decode_key
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.base.layout import (
     KEY_GROUP_PREFIX_BYTES,
     LIST_SEQUENCE_BYTES,
@@ -49,7 +50,7 @@ class HeapKeyedStateBackend(KeyedStateBackend):
     could never be saved is rejected at once with an error naming the state, instead of failing every later save.
     """
 
-    backend_kind = "heap"
+    backend_kind = HEAP
 
     def __init__(
         self,

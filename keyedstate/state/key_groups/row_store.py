@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.row_format import (
@@ -19,7 +20,7 @@ from keyedstate.state.key_groups.row_format import (
     decode_state_payload,
     encode_state_payload,
 )
-from keyedstate.state.key_groups.store import HEAP, KeyGroupStore, committed_row
+from keyedstate.state.key_groups.store import KeyGroupStore, committed_row
 
 __all__ = ["RowKeyGroupStore"]
 

@@ -25,13 +25,11 @@ from typing import Any, Optional
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.state.base.backend import KeyedStateBackend
+from keyedstate.state.base.kinds import HEAP, ROCKSDB
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_FULL, STATE_ROW_FORMAT_ROCKSDB, StateRow
 
-__all__ = ["KeyGroupStore", "HEAP", "ROCKSDB", "STATE_BACKENDS", "check_recorded_key_groups", "committed_row"]
+__all__ = ["KeyGroupStore", "check_recorded_key_groups", "committed_row"]
 
-HEAP = "heap"
-ROCKSDB = "rocksdb"
-STATE_BACKENDS = (HEAP, ROCKSDB)
 _BACKEND_OF_FORMAT = {STATE_ROW_FORMAT_FULL: HEAP, STATE_ROW_FORMAT_ROCKSDB: ROCKSDB}
 
 

@@ -40,9 +40,10 @@ from typing import Any, Optional, Protocol
 
 from keyedstate.errors import SnapshotCorruptedError, StateBackendError, StateVersionNotRetainedError
 from keyedstate.state.base.backend import KeyedStateBackend
+from keyedstate.state.base.kinds import ROCKSDB
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
-from keyedstate.state.key_groups.store import ROCKSDB, KeyGroupStore, committed_row
+from keyedstate.state.key_groups.store import KeyGroupStore, committed_row
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.recording import KeyGroupDatabases, KeyGroupSource
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord

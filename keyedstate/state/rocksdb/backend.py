@@ -12,6 +12,7 @@ from keyedstate.errors import UnknownStateError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key, key_group_prefix
 from keyedstate.serialization import decode_key
 from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.kinds import ROCKSDB
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
 from keyedstate.state.base.stores import RawColumn
 from keyedstate.state.descriptors import StateDescriptor, StateKind
@@ -41,7 +42,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     changes since their last save (:mod:`keyedstate.state.key_groups.versioned`).
     """
 
-    backend_kind = "rocksdb"
+    backend_kind = ROCKSDB
     record_changes = False
     """Whether the database records every write (:meth:`RocksDatabase.take_changes`); the Spark key-group backend
     stores those as changelogs."""

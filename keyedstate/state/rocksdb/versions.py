@@ -33,6 +33,7 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import SnapshotError
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.kinds import ROCKSDB
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.version_record import VersionRecord
 
@@ -215,7 +216,7 @@ class KeyGroupVersions:
                 uploaded += entry.size
             files.append(entry)
         manifest = SnapshotManifest(
-            checkpoint_id=batch, scope=self.directory, backend_kind="rocksdb",
+            checkpoint_id=batch, scope=self.directory, backend_kind=ROCKSDB,
             key_group_range=KeyGroupRange(self.key_group, self.key_group), num_key_groups=self.num_key_groups,
             states=sorted(states, key=lambda s: s.name), raw_columns=sorted(raw_columns), files=files,
             uploaded_bytes=uploaded, total_bytes=sum(e.size for e in files), created_at_ms=time.time_ns() // 1_000_000,
