@@ -21,7 +21,8 @@ from typing import Any, Callable, Optional, Union
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import key_group_of_stored_key as key_group_of
-from keyedstate.state.base import kinds
+from keyedstate.state.base.kinds import HEAP as HEAP_BACKEND
+from keyedstate.state.base.kinds import ROCKSDB as ROCKSDB_BACKEND
 from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_record, encode_record, key_group_end, key_group_start
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
@@ -36,14 +37,14 @@ __all__ = ["TimerStorage", "TimeDomainQueue", "resolve_storage"]
 class TimerStorage(str, enum.Enum):
     """How a timer service stores its timers (Flink: ``state.backend.rocksdb.timer-service.factory``)."""
 
-    HEAP = kinds.HEAP
-    ROCKSDB = kinds.ROCKSDB
+    HEAP = HEAP_BACKEND
+    ROCKSDB = ROCKSDB_BACKEND
 
 
 def resolve_storage(storage: Union[TimerStorage, str, None], backend: Any) -> TimerStorage:
     """The explicit choice, else ROCKSDB on the RocksDB backend and HEAP everywhere else."""
     if storage is None:
-        return TimerStorage.ROCKSDB if getattr(backend, "backend_kind", "") == kinds.ROCKSDB else TimerStorage.HEAP
+        return TimerStorage.ROCKSDB if getattr(backend, "backend_kind", "") == ROCKSDB_BACKEND else TimerStorage.HEAP
     try:
         return TimerStorage(storage)
     except ValueError:
