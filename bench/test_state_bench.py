@@ -137,7 +137,7 @@ def test_value_state_to_raw_rocksdict_ratio(benchmark, tmp_path):
     backend = RocksDBKeyedStateBackend(tmp_path / "db")
     state = backend.get_or_create_state(ValueStateDescriptor("count", int))
     store = backend.registered_state("count").store
-    family = store._cf
+    family = store.entries
     namespace = b"\x00"
     user_keys = (17, 18)
     keys, prefixes = [], []
