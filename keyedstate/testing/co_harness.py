@@ -13,20 +13,22 @@ backends and timer service as :class:`~keyedstate.testing.KeyedProcessHarness` (
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
 
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK
-from keyedstate.key_types import KeyTypeSpec
-from keyedstate.state.base.kinds import HEAP
 from keyedstate.testing.harness import (
-    BackendChoice,
+    HarnessSettings,
     HarnessSnapshot,
     KeyedHarnessBase,
+    RestoreSettings,
     key_selector_function,
     require_function,
 )
 from timers import to_time_bound
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["KeyedCoProcessHarness"]
 
@@ -36,34 +38,17 @@ class KeyedCoProcessHarness(KeyedHarnessBase):
 
     ``key_selector1`` keys the first input, ``key_selector2`` the second; equal keys share state and timers. Each
     input has its own watermark (both start at ``MIN_WATERMARK``); the function's watermark, the one event-time
-    timers fire on, is their minimum, as in Flink's two-input operators. ``backend``, processing time and TTL work
-    as in :class:`~keyedstate.testing.KeyedProcessHarness`.
+    timers fire on, is their minimum, as in Flink's two-input operators. The keyword arguments (``backend``,
+    ``options``, ...), processing time and TTL work as in :class:`~keyedstate.testing.KeyedProcessHarness`.
     """
 
-    def __init__(
-        self,
-        function: KeyedCoProcessFunction,
-        key_selector1: Any,
-        key_selector2: Any,
-        *,
-        backend: BackendChoice = HEAP,
-        num_key_groups: Optional[int] = None,
-        key_types: Optional[Sequence[KeyTypeSpec]] = None,
-        partition: int = 0,
-        partitions: int = 1,
-        checkpoint_dir: Optional[str] = None,
-        initial_processing_time: int = 0,
-        max_parallelism: Optional[int] = None,
-    ) -> None:
+    def __init__(self, function: KeyedCoProcessFunction, key_selector1: Any, key_selector2: Any,
+                 **settings: Unpack[HarnessSettings]) -> None:
         require_function(function, KeyedCoProcessFunction, "KeyedCoProcessHarness", "KeyedProcessHarness")
         self._select_keys = (key_selector_function(key_selector1, "key_selector1"),
                              key_selector_function(key_selector2, "key_selector2"))
         self._input_watermarks = [MIN_WATERMARK, MIN_WATERMARK]
-        super().__init__(
-            function, backend=backend, num_key_groups=num_key_groups, key_types=key_types, partition=partition,
-            partitions=partitions, checkpoint_dir=checkpoint_dir, initial_processing_time=initial_processing_time,
-            max_parallelism=max_parallelism,
-        )
+        super().__init__(function, **settings)
 
     # ---- input -----------------------------------------------------------------------------------------------------
 
@@ -102,20 +87,9 @@ class KeyedCoProcessHarness(KeyedHarnessBase):
     # ---- snapshots -------------------------------------------------------------------------------------------------
 
     @classmethod
-    def restore(
-        cls,
-        function: KeyedCoProcessFunction,
-        key_selector1: Any,
-        key_selector2: Any,
-        snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
-        *,
-        backend: BackendChoice = HEAP,
-        partition: int = 0,
-        partitions: int = 1,
-    ) -> "KeyedCoProcessHarness":
+    def restore(cls, function: KeyedCoProcessFunction, key_selector1: Any, key_selector2: Any,
+                snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
+                **settings: Unpack[RestoreSettings]) -> "KeyedCoProcessHarness":
         """A new, opened harness for partition ``partition`` of ``partitions`` restored from one snapshot or the
         snapshots of several partitions. Both input watermarks start again at ``MIN_WATERMARK``, as in Flink."""
-        return cls._restored(
-            lambda **options: cls(function, key_selector1, key_selector2, **options), snapshot, backend=backend,
-            partition=partition, partitions=partitions,
-        )
+        return cls._restored(lambda **given: cls(function, key_selector1, key_selector2, **given), snapshot, **settings)

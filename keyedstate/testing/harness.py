@@ -17,7 +17,7 @@ import atexit
 import logging
 import shutil
 import tempfile
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypedDict, Union
 
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.api.time_domain import MAX_WATERMARK, OutputTag
@@ -33,11 +33,38 @@ from keyedstate.testing.clock import ManualClock
 from keyedstate.testing.snapshots import HarnessSnapshot, harness_store
 from timers import to_epoch_millis, to_time_bound
 
-__all__ = ["KeyedProcessHarness", "HarnessSnapshot", "KeyedHarnessBase", "key_selector_function", "require_function"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from keyedstate.spark.options import KeyedProcessOptions
+    from keyedstate.state.rocksdb.options import RocksDBOptions
+
+__all__ = ["KeyedProcessHarness", "HarnessSnapshot", "KeyedHarnessBase", "HarnessSettings", "RestoreSettings",
+           "key_selector_function", "require_function"]
 
 logger = logging.getLogger("keyedstate.testing.harness")
 
 BackendChoice = Union[str, KeyedStateBackend]
+
+
+class RestoreSettings(TypedDict, total=False):
+    """The keyword arguments of the harnesses' ``restore``: ``backend``, ``partition``, ``partitions``, ``options``."""
+
+    backend: BackendChoice
+    partition: int
+    partitions: int
+    options: Optional[KeyedProcessOptions]
+
+
+class HarnessSettings(RestoreSettings, total=False):
+    """Those and ``num_key_groups``, ``key_types``, ``checkpoint_dir``, ``initial_processing_time``,
+    ``max_parallelism``: the keyword arguments of both harnesses (see :class:`KeyedProcessHarness`)."""
+
+    num_key_groups: Optional[int]
+    key_types: Optional[Sequence[KeyTypeSpec]]
+    checkpoint_dir: Optional[str]
+    initial_processing_time: int
+    max_parallelism: Optional[int]
 
 # Temporary checkpoint directories of closed harnesses whose snapshots another harness may still restore: a snapshot
 # lives only in this process, so its files go when the process ends (not with the harness).
@@ -63,6 +90,17 @@ def key_selector_function(selector: Any, what: str = "key_selector") -> Callable
     )
 
 
+def _agreed(setting: str, given: Any, options: Optional[KeyedProcessOptions], field: Optional[str] = None) -> Any:
+    """The keyword argument ``setting`` if given, else the options' ``field`` (named ``setting`` too by default);
+    both given must be equal, or the test would run with other settings than the job it stands for."""
+    field = field or setting
+    from_options = getattr(options, field, None)
+    if given is not None and from_options is not None and given != from_options:
+        raise ConfigurationError(f"{setting}={given!r} disagrees with options.{field}={from_options!r}; the harness "
+                                 f"runs with one of them: drop {setting}= or change the options")
+    return from_options if given is None else given
+
+
 def require_function(function: Any, kind: type, harness: str, other_harness: str) -> None:
     """Refuse a function of the wrong kind now, rather than at the first element."""
     if not isinstance(function, kind):
@@ -76,30 +114,33 @@ class KeyedHarnessBase:
     """What the one- and two-input harnesses share: the backend, the operator, processing time, output, state
     inspection, snapshots and closing. The subclasses add how elements and watermarks come in."""
 
-    def __init__(
-        self,
-        function: Any,
-        *,
-        backend: BackendChoice = HEAP,
-        num_key_groups: Optional[int] = None,
-        key_types: Optional[Sequence[KeyTypeSpec]] = None,
-        partition: int = 0,
-        partitions: int = 1,
-        checkpoint_dir: Optional[str] = None,
-        initial_processing_time: int = 0,
-        max_parallelism: Optional[int] = None,
-    ) -> None:
-        # the user's call is three frames up: the subclass's __init__, then this one
-        num_key_groups = num_key_groups_or_alias(num_key_groups, max_parallelism, type(self).__name__, stacklevel=3)
+    def __init__(self, function: Any, **settings: Unpack[HarnessSettings]) -> None:
+        for name in set(settings) - set(HarnessSettings.__annotations__):
+            raise TypeError(f"{type(self).__name__}() got an unexpected keyword argument {name!r}")
+        options = settings.get("options")
+        if options is not None:
+            from keyedstate.spark.options import KeyedProcessOptions  # loads pyspark, as the caller's import did
+            if not isinstance(options, KeyedProcessOptions):
+                raise ConfigurationError(f"options must be a keyedstate.spark.KeyedProcessOptions, got "
+                                         f"{type(options).__qualname__}")
+        self._job_parameters = dict(getattr(options, "job_parameters", None) or {})
+        backend = settings.get("backend")
+        kind = _agreed("backend", getattr(backend, "backend_kind", backend), options, "state_backend") or HEAP
+        num_key_groups, alias = settings.get("num_key_groups"), settings.get("max_parallelism")
+        if alias is not None:  # the user's call is three frames up: the subclass's __init__, then this one
+            num_key_groups = num_key_groups_or_alias(num_key_groups, alias, type(self).__name__, stacklevel=3)
+        # the options' number, or the default when neither names one (validated)
+        num_key_groups = num_key_groups_or_alias(_agreed("num_key_groups", num_key_groups, options), None, "")
         # Declared types are checked now (a typo fails here, not at the first element); kept as DDL names.
+        key_types = settings.get("key_types")
         self.key_types = None if key_types is None else tuple(str(t) for t in key_column_types(key_types))
-        self._clock = ManualClock(initial_processing_time)
+        self._clock = ManualClock(settings.get("initial_processing_time", 0))
         self._temp_dirs: list[str] = []
-        self._checkpoint_dir = checkpoint_dir or self._temp_dir("keyedstate-harness-checkpoints-")
-        self.partition = partition
-        self.partitions = partitions
-        key_group_range = key_group_range_for_partition(partition, partitions, num_key_groups)
-        self.backend = self._make_backend(backend, num_key_groups, key_group_range)
+        self._checkpoint_dir = settings.get("checkpoint_dir") or self._temp_dir("keyedstate-harness-checkpoints-")
+        self.partition, self.partitions = settings.get("partition", 0), settings.get("partitions", 1)
+        key_group_range = key_group_range_for_partition(self.partition, self.partitions, num_key_groups)
+        self.backend = self._make_backend(backend if isinstance(backend, KeyedStateBackend) else kind, num_key_groups,
+                                          key_group_range, getattr(options, "rocksdb_options", None))
         if self.key_types is not None:
             self.backend.key_group_of_key = key_group_assigner(self.backend.num_key_groups, self.key_types)
         self._store: Any = None  # the save/restore step of the backend (created at the first snapshot or restore)
@@ -115,8 +156,12 @@ class KeyedHarnessBase:
         self._temp_dirs.append(path)
         return path
 
-    def _make_backend(self, choice: BackendChoice, num_key_groups: int, key_group_range: Any) -> KeyedStateBackend:
+    def _make_backend(self, choice: BackendChoice, num_key_groups: int, key_group_range: Any,
+                      rocksdb_options: Optional[RocksDBOptions]) -> KeyedStateBackend:
         if isinstance(choice, KeyedStateBackend):
+            if rocksdb_options is not None:
+                raise ConfigurationError("options.rocksdb_options tune the RocksDB backend the harness creates; pass "
+                                         "backend='rocksdb' (or build the backend instance with those options)")
             return choice
         if choice == HEAP:
             return HeapKeyedStateBackend(
@@ -128,7 +173,7 @@ class KeyedHarnessBase:
             # Its writes are recorded, so a snapshot stores per key group only what changed (see snapshots.py).
             return RocksDBKeyedStateBackend(
                 self._temp_dir("keyedstate-harness-rocksdb-"), num_key_groups=num_key_groups,
-                key_group_range=key_group_range, ttl_clock=self._clock, record_changes=True,
+                key_group_range=key_group_range, ttl_clock=self._clock, options=rocksdb_options, record_changes=True,
             )
         raise ConfigurationError(f"backend must be 'heap', 'rocksdb' or a KeyedStateBackend, got {choice!r}")
 
@@ -146,7 +191,7 @@ class KeyedHarnessBase:
         if self.operator is None:
             self.operator = KeyedProcessOperator(
                 self._function, self.backend, index_of_this_subtask=self.partition,
-                number_of_parallel_subtasks=self.partitions,
+                number_of_parallel_subtasks=self.partitions, job_parameters=self._job_parameters,
             )
         return self.operator
 
@@ -234,12 +279,9 @@ class KeyedHarnessBase:
         )
 
     @staticmethod
-    def _restored(
-        make: Callable[..., "KeyedHarnessBase"],
-        snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
-        **options: Any,
-    ) -> Any:
-        """``make(**options, ...)`` restored from ``snapshot`` (one or several partitions' snapshots) and opened."""
+    def _restored(make: Callable[..., "KeyedHarnessBase"], snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
+                  **settings: Any) -> Any:
+        """``make(**settings, ...)`` restored from ``snapshot`` (one or several partitions' snapshots) and opened."""
         snapshots = [snapshot] if isinstance(snapshot, HarnessSnapshot) else list(snapshot)
         if not snapshots:
             raise ConfigurationError("restore needs at least one snapshot")
@@ -250,7 +292,7 @@ class KeyedHarnessBase:
                     f"({sorted({getattr(s, setting) for s in snapshots}, key=repr)}); restore snapshots of one job only"
                 )
         harness = make(
-            **options, num_key_groups=snapshots[0].num_key_groups, key_types=snapshots[0].key_types,
+            **settings, num_key_groups=snapshots[0].num_key_groups, key_types=snapshots[0].key_types,
             checkpoint_dir=snapshots[0].storage_uri,
             initial_processing_time=max(s.processing_time for s in snapshots),
         )
@@ -301,7 +343,8 @@ class KeyedHarnessBase:
 class KeyedProcessHarness(KeyedHarnessBase):
     """Feeds elements, watermarks and processing time to one ``KeyedProcessFunction`` and records its output.
 
-    ``backend`` is ``"heap"``, ``"rocksdb"`` (a temporary RocksDB directory) or a backend instance. A key is in the
+    Its keyword arguments (:class:`HarnessSettings`) are those of :class:`KeyedCoProcessHarness` too. ``backend`` is
+    ``"heap"`` (the default), ``"rocksdb"`` (a temporary RocksDB directory) or a backend instance. A key is in the
     key group keyed_process gives it on Spark, ``pmod(xxhash64(key columns), num_key_groups)``: ``key_types`` are
     the Spark types of the key's columns (``["string", "int"]``, a pyspark schema), or None to infer them from each
     key (a Python ``int`` is a bigint; see docs/key-groups.md). ``max_parallelism`` is a deprecated alias of
@@ -309,29 +352,20 @@ class KeyedProcessHarness(KeyedHarnessBase):
     groups (Flink's formula), which is what restoring snapshots into other partitionings rescales. Processing time
     starts at ``initial_processing_time`` and only moves when :meth:`set_processing_time` is called; it is also the
     clock of state TTL (as a Spark micro-batch's timestamp is). The watermark starts at ``MIN_WATERMARK``.
+
+    ``options`` is the :class:`keyedstate.spark.KeyedProcessOptions` the job passes to keyed_process, so a test runs
+    with the job's settings: the harness takes its ``num_key_groups`` (None: the harness's default),
+    ``state_backend``, ``rocksdb_options`` and ``job_parameters`` (what ``runtime_context.get_job_parameter``
+    reads). A keyword argument given with another value than the options' is refused (``dataclasses.replace`` the
+    options instead). The fields that only mean something on Spark (``time_mode``, ``key_group_layout``,
+    ``processing_time_poll_interval_ms``, ``drop_late_events``, the metrics, ``state_storage`` and its options,
+    ``state_local_dir``, ``uid``, ``snapshot_policy``, ``initial_state``) are not used by the harness.
     """
 
-    def __init__(
-        self,
-        function: KeyedProcessFunction,
-        key_selector: Any,
-        *,
-        backend: BackendChoice = HEAP,
-        num_key_groups: Optional[int] = None,
-        key_types: Optional[Sequence[KeyTypeSpec]] = None,
-        partition: int = 0,
-        partitions: int = 1,
-        checkpoint_dir: Optional[str] = None,
-        initial_processing_time: int = 0,
-        max_parallelism: Optional[int] = None,
-    ) -> None:
+    def __init__(self, function: KeyedProcessFunction, key_selector: Any, **settings: Unpack[HarnessSettings]) -> None:
         require_function(function, KeyedProcessFunction, "KeyedProcessHarness", "KeyedCoProcessHarness")
         self._select_key = key_selector_function(key_selector)
-        super().__init__(
-            function, backend=backend, num_key_groups=num_key_groups, key_types=key_types, partition=partition,
-            partitions=partitions, checkpoint_dir=checkpoint_dir, initial_processing_time=initial_processing_time,
-            max_parallelism=max_parallelism,
-        )
+        super().__init__(function, **settings)
 
     def process_element(self, value: Any, timestamp: Optional[int] = None) -> None:
         """Process one element; ``timestamp`` is its event time (``ctx.timestamp()``)."""
@@ -350,19 +384,9 @@ class KeyedProcessHarness(KeyedHarnessBase):
         return self.process_watermark(MAX_WATERMARK)
 
     @classmethod
-    def restore(
-        cls,
-        function: KeyedProcessFunction,
-        key_selector: Any,
-        snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
-        *,
-        backend: BackendChoice = HEAP,
-        partition: int = 0,
-        partitions: int = 1,
-    ) -> "KeyedProcessHarness":
+    def restore(cls, function: KeyedProcessFunction, key_selector: Any,
+                snapshot: Union[HarnessSnapshot, Sequence[HarnessSnapshot]],
+                **settings: Unpack[RestoreSettings]) -> "KeyedProcessHarness":
         """A new, opened harness for partition ``partition`` of ``partitions`` restored from one snapshot or the
         snapshots of several partitions (rescaling: it keeps exactly the key groups it owns)."""
-        return cls._restored(
-            lambda **options: cls(function, key_selector, **options), snapshot, backend=backend, partition=partition,
-            partitions=partitions,
-        )
+        return cls._restored(lambda **given: cls(function, key_selector, **given), snapshot, **settings)
