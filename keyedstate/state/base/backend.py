@@ -310,14 +310,33 @@ class KeyedStateBackend(KeyContext, ABC):
     def raw_column_names(self) -> list[str]:
         """Names of every raw column that exists (created, or restored)."""
 
-    @abstractmethod
     def prepare_snapshot(self) -> None:
-        """Before a snapshot is saved: run the pre-snapshot hooks (timer services flush into their raw columns) and
-        drop expired entries of TTL states that ask for cleanup in background or at full snapshots."""
+        """Before a snapshot is saved: drop the states no longer registered, run the pre-snapshot hooks (timer
+        services flush into their raw columns) and drop expired entries of TTL states that ask for cleanup in
+        background or at full snapshots."""
+        self.drop_unregistered_states()
+        self.run_pre_snapshot_hooks()
+        self.remove_expired_entries(only_snapshot_cleanup=True)
 
-    @abstractmethod
     def cleanup_expired_state(self) -> int:
         """Delete every expired entry of states with TTL; return how many were deleted."""
+        return self.remove_expired_entries(only_snapshot_cleanup=False)
+
+    def remove_expired_entries(self, only_snapshot_cleanup: bool) -> int:
+        """Delete entries with ``last_access + ttl <= now`` of TTL states (with ``only_snapshot_cleanup``, only of
+        those asking for cleanup in background or at full snapshots); returns how many were deleted."""
+        now = self.ttl_clock()
+        removed = 0
+        for registered in self._states.values():
+            ttl = registered.descriptor.ttl_config
+            if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot or not only_snapshot_cleanup):
+                removed += self._remove_expired_of(registered, now - ttl.ttl_millis)
+        if removed:
+            logger.debug("TTL cleanup removed %d expired entries from the %s backend", removed, self.backend_kind)
+        return removed
+
+    @abstractmethod
+    def _remove_expired_of(self, registered: RegisteredState, expired_before_or_at: int) -> int: ...
 
     def close(self) -> None:
         self._closed = True
