@@ -69,11 +69,6 @@ class StateMetadata:
         return cls(value["name"], value["kind"], value["signature"], bool(value["has_ttl"]),
                    int(value.get("incarnation", 0)))
 
-    def check_compatible(self, descriptor: StateDescriptor) -> None:
-        """Raise if state stored under this metadata cannot be read through ``descriptor``, as it is or after a
-        migration (:mod:`keyedstate.state.base.evolution`)."""
-        check_evolution(self, descriptor)
-
 
 @dataclass
 class RegisteredState:
@@ -174,7 +169,7 @@ class KeyedStateBackend(KeyContext, ABC):
             return registered.primitive
         restored = self._restored_metadata.get(descriptor.name)
         if restored is not None and not self.is_stale(restored):
-            restored.check_compatible(descriptor)
+            check_evolution(restored, descriptor)
         codec = EntryCodec(descriptor)
         store = self._create_store(descriptor, codec)
         primitive = self._create_primitive(descriptor, codec, store)
