@@ -26,15 +26,11 @@ REDACTED = "*********(redacted)"
 # librdkafka properties that hold secrets under names the pattern misses.
 _ALWAYS_SECRET = frozenset({"sasl.jaas.config", "ssl.key.pem", "sasl.oauthbearer.config"})
 
-_PREFIXES = ("kafka.",)  # option names as users write them reach librdkafka without the prefix
-
 
 def _property(name: str) -> str:
+    """The librdkafka property of an option: option names as users write them reach librdkafka without ``kafka.``."""
     lowered = name.lower()
-    for prefix in _PREFIXES:
-        if lowered.startswith(prefix):
-            return lowered[len(prefix):]
-    return lowered
+    return lowered[len("kafka."):] if lowered.startswith("kafka.") else lowered
 
 
 def is_secret(name: str, value: Any = None) -> bool:

@@ -53,9 +53,9 @@ class TypeInformation:
         return self.name
 
 
-def _exact(*types: type, allow_bool: bool = False) -> Callable[[Any], bool]:
+def _exact(*types: type) -> Callable[[Any], bool]:
     def accepts(value: Any) -> bool:
-        if type(value) is bool and not allow_bool:
+        if type(value) is bool:
             return bool in types
         return isinstance(value, types)
 
@@ -75,52 +75,32 @@ def _instances_of(cls: type) -> Callable[[Any], bool]:
 _NUMBER_LIKE = (int, float)
 
 
+def _scalar(name: str, *types: type) -> staticmethod[[], TypeInformation]:
+    """A ``Types`` factory whose values are the instances of ``types``."""
+    def factory() -> TypeInformation:
+        return TypeInformation(name, _exact(*types))
+
+    factory.__name__, factory.__qualname__ = name, f"Types.{name}"
+    return staticmethod(factory)
+
+
 class Types:
     """PyFlink-compatible type factories (``Types.LONG()``, ``Types.MAP(Types.STRING(), Types.INT())``, ...)."""
 
-    @staticmethod
-    def BOOLEAN() -> TypeInformation:
-        return TypeInformation("BOOLEAN", _exact(bool))
-
-    @staticmethod
-    def BYTE() -> TypeInformation:
-        return TypeInformation("BYTE", _exact(int))
-
-    @staticmethod
-    def SHORT() -> TypeInformation:
-        return TypeInformation("SHORT", _exact(int))
-
-    @staticmethod
-    def INT() -> TypeInformation:
-        return TypeInformation("INT", _exact(int))
-
-    @staticmethod
-    def LONG() -> TypeInformation:
-        return TypeInformation("LONG", _exact(int))
-
-    @staticmethod
-    def BIG_INT() -> TypeInformation:
-        return TypeInformation("BIG_INT", _exact(int))
-
-    @staticmethod
-    def FLOAT() -> TypeInformation:
-        return TypeInformation("FLOAT", _exact(*_NUMBER_LIKE))
-
-    @staticmethod
-    def DOUBLE() -> TypeInformation:
-        return TypeInformation("DOUBLE", _exact(*_NUMBER_LIKE))
-
-    @staticmethod
-    def BIG_DEC() -> TypeInformation:
-        return TypeInformation("BIG_DEC", _exact(decimal.Decimal, int))
-
-    @staticmethod
-    def STRING() -> TypeInformation:
-        return TypeInformation("STRING", _exact(str))
-
-    @staticmethod
-    def CHAR() -> TypeInformation:
-        return TypeInformation("CHAR", _exact(str))
+    BOOLEAN = _scalar("BOOLEAN", bool)
+    BYTE = _scalar("BYTE", int)
+    SHORT = _scalar("SHORT", int)
+    INT = _scalar("INT", int)
+    LONG = _scalar("LONG", int)
+    BIG_INT = _scalar("BIG_INT", int)
+    FLOAT = _scalar("FLOAT", *_NUMBER_LIKE)
+    DOUBLE = _scalar("DOUBLE", *_NUMBER_LIKE)
+    BIG_DEC = _scalar("BIG_DEC", decimal.Decimal, int)
+    STRING = _scalar("STRING", str)
+    CHAR = _scalar("CHAR", str)
+    SQL_TIMESTAMP = _scalar("SQL_TIMESTAMP", _dt.datetime)
+    LOCAL_DATE_TIME = _scalar("LOCAL_DATE_TIME", _dt.datetime)
+    INSTANT = _scalar("INSTANT", _dt.datetime)
 
     @staticmethod
     def PRIMITIVE_ARRAY(element_type: Any = None) -> TypeInformation:
@@ -178,18 +158,6 @@ class Types:
     @staticmethod
     def SQL_DATE() -> TypeInformation:
         return TypeInformation("SQL_DATE", lambda v: isinstance(v, _dt.date) and not isinstance(v, _dt.datetime))
-
-    @staticmethod
-    def SQL_TIMESTAMP() -> TypeInformation:
-        return TypeInformation("SQL_TIMESTAMP", _exact(_dt.datetime))
-
-    @staticmethod
-    def LOCAL_DATE_TIME() -> TypeInformation:
-        return TypeInformation("LOCAL_DATE_TIME", _exact(_dt.datetime))
-
-    @staticmethod
-    def INSTANT() -> TypeInformation:
-        return TypeInformation("INSTANT", _exact(_dt.datetime))
 
     @staticmethod
     def PICKLED_BYTE_ARRAY() -> TypeInformation:

@@ -140,8 +140,15 @@ class TimerService:
         """Apply the collected calls to the current key's timers; call it before the current key changes."""
         event_time, processing_time = self._event_time, self._processing_time
         if event_time or processing_time:
-            self._count(event_time, processing_time)
-            self._apply()
+            service = self._service
+            registered = sum(event_time.values()) + sum(processing_time.values())
+            service.timers_registered += registered
+            service.timers_deleted += len(event_time) + len(processing_time) - registered
+            try:
+                service.apply_current_key_changes(VOID_NAMESPACE, event_time, processing_time)
+            finally:
+                event_time.clear()
+                processing_time.clear()
 
     def timer_counts(self) -> tuple[int, int]:
         """Timer registrations and deletions so far, for metrics: each call made while not collecting, and once per
@@ -150,19 +157,3 @@ class TimerService:
         if compiled is None:
             return service.timers_registered, service.timers_deleted
         return service.timers_registered + compiled.registered, service.timers_deleted + compiled.deleted
-
-    def _count(self, event_time: dict[int, bool], processing_time: dict[int, bool]) -> None:
-        service = self._service
-        calls = len(event_time) + len(processing_time)
-        registered = sum(event_time.values()) + sum(processing_time.values())
-        service.timers_registered += registered
-        service.timers_deleted += calls - registered
-
-    def _apply(self) -> None:
-        event_time, processing_time = self._event_time, self._processing_time
-        if event_time or processing_time:
-            try:
-                self._service.apply_current_key_changes(VOID_NAMESPACE, event_time, processing_time)
-            finally:
-                event_time.clear()
-                processing_time.clear()

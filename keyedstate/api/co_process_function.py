@@ -1,22 +1,10 @@
 """``KeyedCoProcessFunction``: two inputs keyed the same way, sharing each key's state and timers (PyFlink's names).
 
-Lifecycle of one function instance (one per partition), the same as ``KeyedProcessFunction``'s:
-
-1. ``open(runtime_context)`` once, before any element or timer; get state handles here.
-2. For each element of the first input, with its key set as the current key: ``process_element1(value, ctx)``;
-   for each element of the second input: ``process_element2(value, ctx)``. Both see the same state objects and the
-   same timers for the same key.
-3. Whenever the watermark advances (event time) or the processing clock advances (processing time), for every timer
-   that became due, in ascending timestamp order and with the timer's key set as the current key:
-   ``on_timer(timestamp, ctx)``. The watermark of a two-input function is the minimum of its two inputs'
-   watermarks. On Spark both clocks advance at the start of every micro-batch, before the batch's elements are
-   processed; in the test harness they advance when the test calls ``process_watermark`` (or
-   ``process_watermark1`` / ``process_watermark2``) or ``set_processing_time``.
-4. ``close()`` once at the end.
-
-The three callbacks never run concurrently, and never concurrently with a snapshot. All are generators:
-``yield record`` emits to the main output, ``yield output_tag, value`` (or ``ctx.output(tag, value)``) to a side
-output.
+Its lifecycle is ``KeyedProcessFunction``'s (:mod:`keyedstate.api.process_function`) with one element callback per
+input: ``process_element1(value, ctx)`` for each element of the first input, ``process_element2(value, ctx)`` for
+each of the second, both with the element's key current and seeing the same state objects and timers for that key.
+The watermark of a two-input function is the minimum of its two inputs' watermarks (in the test harness,
+``process_watermark1`` / ``process_watermark2`` advance one input's).
 """
 
 from __future__ import annotations

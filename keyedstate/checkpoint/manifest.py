@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from keyedstate.errors import SnapshotCorruptedError
 from keyedstate.keygroups import KeyGroupRange
@@ -44,11 +44,6 @@ class FileEntry:
         return cls(str(value["path"]), str(value["name"]), int(value["size"]), str(value["checksum"]),
                    bool(value.get("shared", False)))
 
-    @property
-    def identity(self) -> tuple[str, int, str]:
-        """Name, size and checksum: an SST is reusable only when all three match (file numbers get reused)."""
-        return self.name, self.size, self.checksum
-
 
 @dataclass
 class SnapshotManifest:
@@ -65,9 +60,6 @@ class SnapshotManifest:
     created_at_ms: int
     format_version: int = FORMAT_VERSION
     checksum_algorithm: str = CHECKSUM_ALGORITHM
-
-    def state(self, name: str) -> Optional[StateMetadata]:
-        return next((state for state in self.states if state.name == name), None)
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -122,10 +114,6 @@ class SnapshotManifest:
             raise
         except (ValueError, KeyError, TypeError) as error:
             raise SnapshotCorruptedError(f"snapshot manifest {where} is unreadable: {error}") from error
-
-    def describe(self) -> str:
-        return (f"checkpoint {self.checkpoint_id} scope {self.scope} ({self.backend_kind}, key groups "
-                f"{self.key_group_range.start}..{self.key_group_range.end})")
 
 
 def _body_checksum(body: dict[str, Any]) -> str:

@@ -181,21 +181,13 @@ class CheckpointStorage:
     def upload_file(self, local_path: str, relative: str, name: str, shared: bool = False,
                     checksum: Optional[str] = None) -> FileEntry:
         """Copy a local file to ``relative``, hashing it on the way (``checksum`` skips nothing: it is verified)."""
-        digest = hashlib.sha256()
-        size = 0
-
-        def upload() -> None:
-            nonlocal size, digest
-            digest, size = hashlib.sha256(), 0  # a retry starts over
+        def upload() -> tuple[int, str]:
             self._create_parent(relative)
             with open(local_path, "rb") as source, self.filesystem.open_output_stream(self._full(relative)) as out:
-                while chunk := source.read(_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    out.write(chunk)
+                return _copy_hashing(source, out)
 
-        self._io(upload, f"upload {local_path} to {relative}")
-        entry = FileEntry(relative, name, size, digest.hexdigest(), shared)
+        size, digest = self._io(upload, f"upload {local_path} to {relative}")
+        entry = FileEntry(relative, name, size, digest, shared)
         if checksum is not None and checksum != entry.checksum:
             raise SnapshotError(f"{local_path} changed while it was uploaded to {relative}")
         return entry
@@ -214,21 +206,13 @@ class CheckpointStorage:
             return source.read()
 
     def download_verified(self, entry: FileEntry, where: Where, local_path: str) -> None:
-        digest = hashlib.sha256()
-        size = 0
-
-        def download() -> None:
-            nonlocal digest, size
-            digest, size = hashlib.sha256(), 0  # a retry starts over
+        def download() -> tuple[int, str]:
             with self.filesystem.open_input_stream(self._full(entry.path)) as source, open(local_path, "wb") as out:
-                while chunk := source.read(_CHUNK):
-                    digest.update(chunk)
-                    size += len(chunk)
-                    out.write(chunk)
+                return _copy_hashing(source, out)
 
-        self._reading(download, f"download {entry.path}", lambda error: self._missing(entry, where, error),
-                      local_path=local_path)
-        self._check(entry, where, size, digest.hexdigest())
+        size, digest = self._reading(download, f"download {entry.path}",
+                                     lambda error: self._missing(entry, where, error), local_path=local_path)
+        self._check(entry, where, size, digest)
 
     def _missing(self, entry: FileEntry, where: Where, error: Exception) -> SnapshotCorruptedError:
         return SnapshotCorruptedError(
@@ -264,19 +248,13 @@ class CheckpointStorage:
         infos = self._list(self._full(relative_dir), recursive=True)
         return sorted(info.path[len(self.root) + 1:] for info in infos if info.type == pafs.FileType.File)
 
-    def _remove_dir(self, relative: str) -> None:
-        """Remove an emptied directory (on object stores: its marker object, if pyarrow left one)."""
+    def _delete(self, relative: str, deleted: list[str], directory: bool = False) -> None:
+        """Delete a file, or an emptied directory (on object stores: its marker object, if pyarrow left one); one
+        already gone is no failure, and a failure is logged, not raised."""
         try:
-            self.filesystem.delete_dir(self._full(relative))
-        except FileNotFoundError:
-            pass
-        except OSError as error:
-            logger.warning("could not delete %s: %s", relative, error)
-
-    def _delete(self, relative: str, deleted: list[str]) -> None:
-        try:
-            self.filesystem.delete_file(self._full(relative))
-            deleted.append(relative)
+            (self.filesystem.delete_dir if directory else self.filesystem.delete_file)(self._full(relative))
+            if not directory:
+                deleted.append(relative)
         except FileNotFoundError:
             pass
         except OSError as error:
@@ -329,7 +307,7 @@ class CheckpointStorage:
         if info.type == pafs.FileType.Directory:
             for path in self.list_files(relative):
                 self._delete(path, deleted)
-            self._remove_dir(relative)
+            self._delete(relative, deleted, directory=True)
         elif info.type == pafs.FileType.File:
             self._delete(relative, deleted)
         return deleted
@@ -338,6 +316,16 @@ class CheckpointStorage:
         deleted: list[str] = []
         for path in paths:
             self._delete(path, deleted)
+
+
+def _copy_hashing(source: Any, out: Any) -> tuple[int, str]:
+    """Copy ``source`` to ``out`` in chunks; returns the size and the sha256 (a retry calls it again: it starts over)."""
+    digest, size = hashlib.sha256(), 0
+    while chunk := source.read(_CHUNK):
+        digest.update(chunk)
+        size += len(chunk)
+        out.write(chunk)
+    return size, digest.hexdigest()
 
 
 def _is_no_space(error: OSError) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from dataclasses import dataclass, replace
-from typing import Union
+from typing import Any, Union
 
 from keyedstate.errors import ConfigurationError
 
@@ -135,8 +135,7 @@ class StateTtlConfig:
         def set_update_type(self, update_type: "StateTtlConfig.UpdateType") -> "StateTtlConfig.Builder":
             if not isinstance(update_type, StateTtlConfig.UpdateType):
                 raise ConfigurationError(f"update type must be a StateTtlConfig.UpdateType, got {update_type!r}")
-            self._config = replace(self._config, update_type=update_type)
-            return self
+            return self._replaced(update_type=update_type)
 
         def update_ttl_on_create_and_write(self) -> "StateTtlConfig.Builder":
             return self.set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
@@ -147,8 +146,7 @@ class StateTtlConfig:
         def set_state_visibility(self, visibility: "StateTtlConfig.StateVisibility") -> "StateTtlConfig.Builder":
             if not isinstance(visibility, StateTtlConfig.StateVisibility):
                 raise ConfigurationError(f"visibility must be a StateTtlConfig.StateVisibility, got {visibility!r}")
-            self._config = replace(self._config, state_visibility=visibility)
-            return self
+            return self._replaced(state_visibility=visibility)
 
         def return_expired_if_not_cleaned_up(self) -> "StateTtlConfig.Builder":
             return self.set_state_visibility(StateTtlConfig.StateVisibility.ReturnExpiredIfNotCleanedUp)
@@ -157,8 +155,7 @@ class StateTtlConfig:
             return self.set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
 
         def set_ttl(self, ttl: Duration) -> "StateTtlConfig.Builder":
-            self._config = replace(self._config, ttl_millis=duration_to_millis(ttl))
-            return self
+            return self._replaced(ttl_millis=duration_to_millis(ttl))
 
         def set_ttl_time_characteristic(self, characteristic: "StateTtlConfig.TtlTimeCharacteristic") -> "StateTtlConfig.Builder":
             if characteristic is not StateTtlConfig.TtlTimeCharacteristic.ProcessingTime:
@@ -167,28 +164,25 @@ class StateTtlConfig:
 
         def cleanup_full_snapshot(self) -> "StateTtlConfig.Builder":
             """Expired entries are left out of (and removed during) every snapshot."""
-            self._config = replace(self._config, cleanup_full_snapshot=True)
-            return self
+            return self._replaced(cleanup_full_snapshot=True)
 
         def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool) -> "StateTtlConfig.Builder":
             """Heap backend: check ``cleanup_size`` more entries on state access (and on every record if asked)."""
             if cleanup_size < 0:
                 raise ConfigurationError(f"cleanup_size must be >= 0, got {cleanup_size}")
-            self._config = replace(
-                self._config,
-                incremental_cleanup_size=cleanup_size,
-                run_cleanup_for_every_record=run_cleanup_for_every_record,
-            )
-            return self
+            return self._replaced(incremental_cleanup_size=cleanup_size,
+                                  run_cleanup_for_every_record=run_cleanup_for_every_record)
 
         def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int = 1000) -> "StateTtlConfig.Builder":
             """RocksDB backend: expired entries are purged by the background cleanup pass at snapshot time."""
-            self._config = replace(self._config, cleanup_in_background=True)
-            return self
+            return self._replaced(cleanup_in_background=True)
 
         def disable_cleanup_in_background(self) -> "StateTtlConfig.Builder":
-            self._config = replace(self._config, cleanup_in_background=False)
-            return self
+            return self._replaced(cleanup_in_background=False)
 
         def build(self) -> "StateTtlConfig":
             return self._config
+
+        def _replaced(self, **changes: Any) -> "StateTtlConfig.Builder":
+            self._config = replace(self._config, **changes)
+            return self

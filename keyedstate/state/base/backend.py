@@ -69,11 +69,6 @@ class StateMetadata:
         return cls(value["name"], value["kind"], value["signature"], bool(value["has_ttl"]),
                    int(value.get("incarnation", 0)))
 
-    def check_compatible(self, descriptor: StateDescriptor) -> None:
-        """Raise if state stored under this metadata cannot be read through ``descriptor``, as it is or after a
-        migration (:mod:`keyedstate.state.base.evolution`)."""
-        check_evolution(self, descriptor)
-
 
 @dataclass
 class RegisteredState:
@@ -174,7 +169,7 @@ class KeyedStateBackend(KeyContext, ABC):
             return registered.primitive
         restored = self._restored_metadata.get(descriptor.name)
         if restored is not None and not self.is_stale(restored):
-            restored.check_compatible(descriptor)
+            check_evolution(restored, descriptor)
         codec = EntryCodec(descriptor)
         store = self._create_store(descriptor, codec)
         primitive = self._create_primitive(descriptor, codec, store)
@@ -310,14 +305,33 @@ class KeyedStateBackend(KeyContext, ABC):
     def raw_column_names(self) -> list[str]:
         """Names of every raw column that exists (created, or restored)."""
 
-    @abstractmethod
     def prepare_snapshot(self) -> None:
-        """Before a snapshot is saved: run the pre-snapshot hooks (timer services flush into their raw columns) and
-        drop expired entries of TTL states that ask for cleanup in background or at full snapshots."""
+        """Before a snapshot is saved: drop the states no longer registered, run the pre-snapshot hooks (timer
+        services flush into their raw columns) and drop expired entries of TTL states that ask for cleanup in
+        background or at full snapshots."""
+        self.drop_unregistered_states()
+        self.run_pre_snapshot_hooks()
+        self.remove_expired_entries(only_snapshot_cleanup=True)
 
-    @abstractmethod
     def cleanup_expired_state(self) -> int:
         """Delete every expired entry of states with TTL; return how many were deleted."""
+        return self.remove_expired_entries(only_snapshot_cleanup=False)
+
+    def remove_expired_entries(self, only_snapshot_cleanup: bool) -> int:
+        """Delete entries with ``last_access + ttl <= now`` of TTL states (with ``only_snapshot_cleanup``, only of
+        those asking for cleanup in background or at full snapshots); returns how many were deleted."""
+        now = self.ttl_clock()
+        removed = 0
+        for registered in self._states.values():
+            ttl = registered.descriptor.ttl_config
+            if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot or not only_snapshot_cleanup):
+                removed += self._remove_expired_of(registered, now - ttl.ttl_millis)
+        if removed:
+            logger.debug("TTL cleanup removed %d expired entries from the %s backend", removed, self.backend_kind)
+        return removed
+
+    @abstractmethod
+    def _remove_expired_of(self, registered: RegisteredState, expired_before_or_at: int) -> int: ...
 
     def close(self) -> None:
         self._closed = True

@@ -301,11 +301,7 @@ def reads_as_is(old_signature: str, new_signature: str) -> bool:
     stored under either can be kept together under ``new_signature`` without a migration."""
     try:
         old, new = _parse(old_signature), _parse(new_signature)
-    except _Incompatible:
-        return False
-    if old.head != new.head or len(old.args) != len(new.args):
-        return False
-    try:
-        return all(_converter(o, n, None) is None for o, n in zip(old.args, new.args))
+        return (old.head == new.head and len(old.args) == len(new.args)
+                and all(_converter(o, n, None) is None for o, n in zip(old.args, new.args)))
     except _Incompatible:
         return False

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Iterable, Iterator, Optional
 
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key
 from keyedstate.serialization import decode_key
-from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.backend import KeyedStateBackend, RegisteredState, StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.base.layout import (
     KEY_GROUP_PREFIX_BYTES,
@@ -28,14 +27,10 @@ from keyedstate.state.heap.stores import (
 
 __all__ = ["HeapKeyedStateBackend"]
 
-logger = logging.getLogger("keyedstate.state.heap")
-
 
 def _split_prefix(stored_key: bytes) -> int:
     """Offset just past ``key group + encoded key + namespace`` in a stored key."""
-    _, offset = decode_key(stored_key, KEY_GROUP_PREFIX_BYTES)
-    _, offset = decode_key(stored_key, offset)
-    return offset
+    return decode_key(stored_key, _key_prefix_end(stored_key))[1]
 
 
 def _key_prefix_end(stored_key: bytes) -> int:
@@ -193,15 +188,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._restored_metadata.clear()
         self.clear_current_key()
 
-    def prepare_snapshot(self) -> None:
-        self.drop_unregistered_states()
-        self.run_pre_snapshot_hooks()  # timers flush into their raw column here
-        now = self.ttl_clock()
-        for registered in self._states.values():
-            ttl = registered.descriptor.ttl_config
-            if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot):
-                _remove_expired(registered.descriptor.kind, registered.store.entries, now - ttl.ttl_millis)
-
     # ---- keys, cleanup -------------------------------------------------------------------------------------------
 
     def iter_keys(self, state_name: str) -> Iterator[Any]:
@@ -213,17 +199,8 @@ class HeapKeyedStateBackend(KeyedStateBackend):
                 seen.add(prefix)
                 yield decode_key(prefix, KEY_GROUP_PREFIX_BYTES)[0]
 
-    def cleanup_expired_state(self) -> int:
-        now = self.ttl_clock()
-        removed = 0
-        for registered in self._states.values():
-            ttl = registered.descriptor.ttl_config
-            if ttl is None:
-                continue
-            removed += _remove_expired(registered.descriptor.kind, registered.store.entries, now - ttl.ttl_millis)
-        if removed:
-            logger.debug("TTL cleanup removed %d expired entries", removed)
-        return removed
+    def _remove_expired_of(self, registered: RegisteredState, expired_before_or_at: int) -> int:
+        return _remove_expired(registered.descriptor.kind, registered.store.entries, expired_before_or_at)
 
     def count_keys_with_state(self) -> int:
         """How many (key, namespace) pairs hold an entry in at least one registered state."""

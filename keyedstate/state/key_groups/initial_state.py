@@ -95,7 +95,6 @@ _STORAGES: dict[tuple[str, str], CheckpointStorage] = {}
 
 def storage_at(location: str, options: Optional[StorageOptions]) -> CheckpointStorage:
     """The storage at ``location``, one per worker process (creating one checks the root: a request)."""
-    # one per worker process: creating it checks (and creates) the root, a request per call otherwise
     key = (location, repr(options))  # StorageOptions holds a dict: not hashable
     storage = _STORAGES.get(key)
     if storage is None:

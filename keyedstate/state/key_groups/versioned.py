@@ -284,10 +284,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         try:
             return source.restore(record, copy.path)
         except SnapshotCorruptedError as error:
-            explained = _not_retained(call.key_group, batch_id, source, self.retain_batches, error)
-            if explained is None:
-                raise
-            raise explained from error
+            _raise_if_not_retained(call.key_group, batch_id, source, self.retain_batches, error)
+            raise
 
     def _missed_changelogs(self, call: KeyGroupCall, tag: Optional[str], batch_id: Optional[int]) -> Optional[list]:
         """The changelogs that bring a copy at version ``tag`` to the committed one, or None (it is rebuilt)."""
@@ -296,10 +294,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         try:
             return call.versions.changelogs_after(call.record, tag)
         except SnapshotCorruptedError as error:
-            explained = _not_retained(call.key_group, batch_id, call.versions, self.retain_batches, error)
-            if explained is None:
-                raise
-            raise explained from error
+            _raise_if_not_retained(call.key_group, batch_id, call.versions, self.retain_batches, error)
+            raise
 
     def _catch_up(self, call: KeyGroupCall, missed: list, batch_id: Optional[int]) -> None:
         if missed:
@@ -379,18 +375,18 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         return self.databases.estimate_state_bytes()
 
 
-def _not_retained(key_group: int, batch_id: Optional[int], versions: KeyGroupVersions, retain_batches: int,
-                  error: SnapshotCorruptedError) -> Optional[StateVersionNotRetainedError]:
-    """A missing file explained, when later batches than this one already wrote the key group's files: Spark runs
+def _raise_if_not_retained(key_group: int, batch_id: Optional[int], versions: KeyGroupVersions, retain_batches: int,
+                           error: SnapshotCorruptedError) -> None:
+    """Explain a missing file, when later batches than this one already wrote the key group's files: Spark runs
     this batch again from a checkpoint that was rewound (or restored from a backup) past what garbage collection
-    retains. Without later files it is damage, and the error stays the one naming the file."""
+    retains. Without later files it is damage, and the caller re-raises the error naming the file."""
     newest = versions.newest_batch()
     if batch_id is None or newest is None or newest <= batch_id:
-        return None
-    return StateVersionNotRetainedError(
+        return
+    raise StateVersionNotRetainedError(
         f"key group {key_group} cannot restore the state batch {batch_id} starts from ({error}): batches up to "
         f"{newest} already ran on {versions.storage.location}, and its garbage collection keeps only the files of "
         f"the last minBatchesToRetain ({retain_batches}) batches. The checkpoint was rewound or restored from a "
         f"backup to a batch that is no longer retained: restart from one of the last {retain_batches} batches "
         f"(docs/operations.md, 'Restarting from an older batch'), or restore the state storage from the same "
-        f"backup as the checkpoint")
+        f"backup as the checkpoint") from error

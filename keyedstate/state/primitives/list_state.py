@@ -36,17 +36,21 @@ class ListState(State):
         self._check(value)
         self._store.append(self._namespace, [value])
 
+    def _entries(self, values: list[Any]) -> list[Any]:
+        """Checked values as the store keeps them."""
+        return values
+
     def add_all(self, values: Iterable[Any]) -> None:
         checked = self._checked(values)
         if checked:
-            self._store.append(self._namespace, checked)
+            self._store.append(self._namespace, self._entries(checked))
 
     def update(self, values: Iterable[Any] | None) -> None:
         """Replace the list; ``None`` or an empty list clears it."""
         if values is None:
             self._store.delete(self._namespace)
             return
-        self._store.replace(self._namespace, self._checked(values))
+        self._store.replace(self._namespace, self._entries(self._checked(values)))
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.get())
@@ -78,15 +82,6 @@ class TtlListState(ListState):
         self._check(value)
         self._store.append(self._namespace, [(value, self._now())])
 
-    def add_all(self, values: Iterable[Any]) -> None:
-        checked = self._checked(values)
-        if checked:
-            now = self._now()
-            self._store.append(self._namespace, [(value, now) for value in checked])
-
-    def update(self, values: Iterable[Any] | None) -> None:
-        if values is None:
-            self._store.delete(self._namespace)
-            return
+    def _entries(self, values: list[Any]) -> list[Any]:
         now = self._now()
-        self._store.replace(self._namespace, [(value, now) for value in self._checked(values)])
+        return [(value, now) for value in values]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 from itertools import takewhile
 from typing import Any, Iterable, Iterator, Optional, Sequence
@@ -11,7 +10,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence
 from keyedstate.errors import UnknownStateError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, KeyGroupRange, key_group_of_stored_key, key_group_prefix
 from keyedstate.serialization import decode_key
-from keyedstate.state.base.backend import KeyedStateBackend, StateMetadata, TtlClock, system_clock_ms
+from keyedstate.state.base.backend import KeyedStateBackend, RegisteredState, StateMetadata, TtlClock, system_clock_ms
 from keyedstate.state.base.kinds import ROCKSDB
 from keyedstate.state.base.layout import KEY_GROUP_PREFIX_BYTES, EntryCodec, prefix_successor
 from keyedstate.state.base.stores import RawColumn
@@ -26,8 +25,6 @@ from keyedstate.state.rocksdb.raw_column import RocksDBRawColumn
 from keyedstate.state.rocksdb.value_store import RocksDBValueStore
 
 __all__ = ["RocksDBKeyedStateBackend"]
-
-logger = logging.getLogger("keyedstate.state.rocksdb")
 
 METADATA_PREFIX = b"state-metadata:"  # in the default column family: the database describes its own states
 _CLEANUP_BATCH = 10_000
@@ -112,16 +109,13 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self._evolve_state(descriptor)
         return STATE_CF_PREFIX + descriptor.name
 
-    def _stored_metadata_of(self, name: str) -> Optional[StateMetadata]:
-        stored = self._database.column_families[DEFAULT_CF].get(METADATA_PREFIX + name.encode())
-        return None if stored is None else StateMetadata.from_json(json.loads(stored))
-
     def _evolve_state(self, descriptor: StateDescriptor) -> None:
         """Bring the state's stored entries to ``descriptor``'s layout, once per database: entries of a dropped
         earlier incarnation are deleted, entries in an older layout rewritten (recorded, so the next save stores
         the migrated entries), and the new metadata written."""
         current = self.metadata_of(descriptor)
-        stored = self._stored_metadata_of(descriptor.name)
+        stored_json = self._database.column_families[DEFAULT_CF].get(METADATA_PREFIX + descriptor.name.encode())
+        stored = None if stored_json is None else StateMetadata.from_json(json.loads(stored_json))
         if stored == current:
             return
         if stored is not None:
@@ -133,15 +127,16 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 else:
                     migrate = self.migration_for(stored, descriptor)
                     if migrate is not None:
-                        self._rewrite_entries(STATE_CF_PREFIX + descriptor.name, migrate)
-        self._put_metadata(descriptor.name, json.dumps(current.to_json()).encode())
+                        self._put_entries(STATE_CF_PREFIX + descriptor.name, family.items(), migrate)
+        self._write_metadata([current])
 
-    def _rewrite_entries(self, family_name: str, migrate: Any) -> None:
+    def _put_entries(self, family_name: str, entries: Iterable[tuple[bytes, bytes]], migrate: Any = None) -> None:
+        """Write ``entries`` into a column family, each value through ``migrate`` when given, in bounded batches."""
         database = self._database
         handle = database.handles[family_name]
         batch = database.new_batch()
-        for key, value in database.column_families[family_name].items():
-            batch.put(key, migrate(value), handle)
+        for key, value in entries:
+            batch.put(key, value if migrate is None else migrate(value), handle)
             if len(batch) >= _CLEANUP_BATCH:
                 database.write(batch)
                 batch = database.new_batch()
@@ -187,14 +182,11 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 self._restored_metadata[metadata.name] = metadata
 
     def _write_metadata(self, metadata: Sequence[StateMetadata]) -> None:
-        for item in metadata:
-            self._put_metadata(item.name, json.dumps(item.to_json()).encode())
-
-    def _put_metadata(self, name: str, metadata: bytes) -> None:
         default = self._database.column_families[DEFAULT_CF]
-        key = METADATA_PREFIX + name.encode()
-        if default.get(key) != metadata:  # unchanged metadata is not written again (nor recorded as a change)
-            default.put(key, metadata)
+        for item in metadata:
+            key, value = METADATA_PREFIX + item.name.encode(), json.dumps(item.to_json()).encode()
+            if default.get(key) != value:  # unchanged metadata is not written again (nor recorded as a change)
+                default.put(key, value)
 
     # ---- column families of states that may not be registered ----------------------------------------------------
 
@@ -254,19 +246,12 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             migrate = self.migration_for(metadata, registered.descriptor)
         else:
             self._restored_metadata[metadata.name] = metadata
-        self._write_metadata([metadata] if registered is None else [])
+            self._write_metadata([metadata])
         owned = self.key_group_range
         kept = [(k, v) for k, v in records if owned.start <= key_group_of_stored_key(k) <= owned.end]
         self.write_pending_values(forget=True)
-        database = self._database
-        family = STATE_CF_PREFIX + metadata.name
-        database.column_family(family)
-        handle = database.handles[family]
-        batch = database.new_batch()
-        for key, value in kept:
-            batch.put(key, value if migrate is None else migrate(value), handle)
-        if len(batch):
-            database.write(batch)
+        self._database.column_family(STATE_CF_PREFIX + metadata.name)
+        self._put_entries(STATE_CF_PREFIX + metadata.name, kept, migrate)
         return len(kept)
 
     def reset(self) -> None:
@@ -292,27 +277,8 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     # ---- TTL cleanup ---------------------------------------------------------------------------------------------
 
-    def cleanup_expired_state(self) -> int:
-        return self._cleanup_expired(only_snapshot_cleanup=False)
-
-    def _cleanup_expired(self, only_snapshot_cleanup: bool) -> int:
-        """Delete entries with ``last_access + ttl <= now`` of TTL states (only those asking for cleanup at
-        snapshot time when ``only_snapshot_cleanup``)."""
-        now = self.ttl_clock()
-        removed = 0
-        for registered in self._states.values():
-            ttl = registered.descriptor.ttl_config
-            if ttl is None or (only_snapshot_cleanup and not (ttl.cleanup_in_background or ttl.cleanup_full_snapshot)):
-                continue
-            removed += registered.store.remove_expired(now - ttl.ttl_millis, _CLEANUP_BATCH)
-        if removed:
-            logger.debug("TTL cleanup removed %d expired entries from %s", removed, self.path)
-        return removed
-
-    def prepare_snapshot(self) -> None:
-        self.drop_unregistered_states()
-        self.run_pre_snapshot_hooks()  # timers flush, value states write what they kept back
-        self._cleanup_expired(only_snapshot_cleanup=True)
+    def _remove_expired_of(self, registered: RegisteredState, expired_before_or_at: int) -> int:
+        return registered.store.remove_expired(expired_before_or_at, _CLEANUP_BATCH)
 
     def take_changes(self) -> ChangeLog:
         """The writes since the database was opened or the last call (all of its content when not recording)."""
@@ -346,7 +312,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """A consistent copy of the database in ``target`` (SST files hard-linked); expired TTL entries are removed
         first, so a base snapshot never carries them."""
         self.run_pre_snapshot_hooks()
-        self._cleanup_expired(only_snapshot_cleanup=False)
+        self.cleanup_expired_state()
         self._database.checkpoint(target)
 
     def replay(self, changes: ChangeLog) -> None:
@@ -359,10 +325,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _stores(self) -> list[Any]:
         return [registered.store for registered in self._states.values()] + list(self._raw_columns.values())
 
-    def _family_names_of_registered(self) -> list[str]:
-        # raw columns are created by their first write (see RocksDBRawColumn)
-        return [STATE_CF_PREFIX + name for name in self._states]
-
     def _close_database(self) -> None:
         try:
             self.write_pending_values()
@@ -374,8 +336,9 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def _open_database(self, reuse_existing: bool) -> None:
         from dataclasses import replace
 
+        # raw columns are created by their first write (see RocksDBRawColumn)
         self._database = RocksDatabase(self.path, replace(self.options, reuse_existing=reuse_existing),
-                                       self.record_changes, self._family_names_of_registered(),
+                                       self.record_changes, [STATE_CF_PREFIX + name for name in self._states],
                                        self.collect_on_close)
         for store in self._stores():
             store.bind(self._database)

@@ -131,7 +131,9 @@ class RocksDatabase:
             for name in list(self.column_families):
                 if name != DEFAULT_CF:
                     self.drop_column_family(name)
-            self._clear_default()
+            default = self.column_families[DEFAULT_CF]
+            for key in list(self.db.keys()):
+                default.delete(key)
 
     def _open(self) -> None:
         existing = [DEFAULT_CF]
@@ -159,11 +161,6 @@ class RocksDatabase:
             family = RecordingFamily(family, name, self._recorded)
         self.column_families[name] = family
         return family
-
-    def _clear_default(self) -> None:
-        default = self.column_families[DEFAULT_CF]
-        for key in list(self.db.keys()):
-            default.delete(key)
 
     def _write_owner_file(self) -> None:
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "since_ms": time.time_ns() // 1_000_000}

@@ -22,7 +22,7 @@ def is_lock_error(error: BaseException) -> bool:
     return any(marker in text for marker in _LOCK_MARKERS)
 
 
-def translate(error: BaseException, action: str, path: str, holder_hint: str = "") -> KeyedStateError:
+def translate(error: BaseException, action: str, path: str) -> KeyedStateError:
     """A keyedstate error for a rocksdict failure during ``action`` on the database at ``path``.
 
     keyedstate errors pass through unchanged (a serializer error raised inside a callback, for example).
@@ -33,7 +33,7 @@ def translate(error: BaseException, action: str, path: str, holder_hint: str = "
     if is_lock_error(error):
         return StateBackendLockedError(
             f"cannot {action}: the RocksDB database at {path} is locked by another process or another backend in "
-            f"this process{holder_hint}. Close the other backend, wait for the other process to exit, or give each "
+            f"this process. Close the other backend, wait for the other process to exit, or give each "
             f"partition its own path ({text})"
         )
     if type(error).__name__ == "DbClosedError" or "already closed" in text:

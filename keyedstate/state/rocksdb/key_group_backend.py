@@ -15,6 +15,7 @@ from typing import Optional
 
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
 from keyedstate.state.base.backend import TtlClock, system_clock_ms
+from keyedstate.state.base.evolution import check_evolution
 from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.db import STATE_CF_PREFIX, RocksDatabase
@@ -146,7 +147,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
             registered = self._states.get(name)
             if registered is not None:
                 if not self.is_stale(metadata):
-                    metadata.check_compatible(registered.descriptor)
+                    check_evolution(metadata, registered.descriptor)
                 del self._restored_metadata[name]
 
     def load_metadata_from_database(self) -> None:

@@ -37,15 +37,12 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
         return family
 
     def _for_write(self) -> Any:
-        family = self.entries
-        if family is None and self._existing() is None:
+        if self.entries is None and self._existing() is None:
             super().bind(self._database)  # creates the column family
-            family = self.entries
-        return family
+        return self.entries
 
     def get(self, key: bytes) -> bytes | None:
-        family = self.entries
-        if family is None and self._existing() is None:
+        if self.entries is None and self._existing() is None:
             return None
         try:
             return self.entries.get(key)
@@ -53,8 +50,7 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
             raise self._fail(error, "read") from error
 
     def get_many(self, keys: list[bytes]) -> list[bytes | None]:
-        family = self.entries
-        if family is None and self._existing() is None:
+        if self.entries is None and self._existing() is None:
             return [None] * len(keys)
         try:
             return self.entries.get(keys)  # one multi-get
@@ -69,8 +65,7 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
             raise self._fail(error, "write") from error
 
     def delete(self, key: bytes) -> None:
-        family = self.entries
-        if family is None and self._existing() is None:
+        if self.entries is None and self._existing() is None:
             return
         try:
             self.entries.delete(key)
@@ -78,16 +73,14 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
             raise self._fail(error, "write") from error
 
     def items(self, start: bytes | None = None, end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
-        family = self.entries
-        if family is None and self._existing() is None:
+        if self.entries is None and self._existing() is None:
             return iter(())
         family = self.entries
         iterator = family.items(from_key=start) if start is not None else family.items()
         return _until(iterator, end)
 
     def delete_range(self, start: bytes, end: bytes) -> None:
-        family = self.entries
-        if family is None and self._existing() is None:
+        if self.entries is None and self._existing() is None:
             return
         try:
             self.entries.delete_range(start, end)

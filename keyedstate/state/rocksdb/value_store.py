@@ -13,17 +13,13 @@ __all__ = ["RocksDBValueStore"]
 
 
 class RocksDBValueStore(ColumnFamilyStore, ValueStore):
-    """One RocksDB key per (key, namespace), the hottest path of the backend: a ``MemoValueAccess``.
+    """One RocksDB key per (key, namespace), the hottest path of the backend: a ``MemoValueAccess`` (see there) for
+    :class:`~keyedstate.state.primitives.value_state.MemoValueState`; its own methods, and the backend before
+    iterating, snapshots and changelogs and before the database is closed or handed on, call :meth:`write_pending`.
 
     Without TTL, reads call the descriptor's serializer and type check directly (``decode``, ``accepts``) and fall
     back to the codec (which builds the error messages) only when either fails, saving three Python calls per read
     and one per write.
-
-    The last entry :class:`~keyedstate.state.primitives.value_state.MemoValueState` wrote is kept here and written
-    to RocksDB only when that state writes another key, or before anything else reads or writes the column family
-    (this store's own methods, :meth:`write_pending`, which the backend calls before iterating, snapshots and
-    changelogs, and before the database is closed or handed on). Elements arrive in runs of one key, so a key
-    updated for every element is written once per run, and read back from here instead of RocksDB.
     """
 
     __slots__ = ("decode", "encode", "accepts", "exact_types", "memo_key", "memo_value", "memo_data")

@@ -125,10 +125,6 @@ class KeyGroupVersions:
             where = Where(f"key group {self.key_group} base snapshot of batch {record.base_batch}")
             for entry in manifest.files:
                 self.storage.download_verified(entry, where, os.path.join(local_path, entry.name))
-        return self.read_changelogs(record)
-
-    def read_changelogs(self, record: VersionRecord) -> list[ChangeLog]:
-        """The changelogs of ``record`` in order, each verified."""
         return [self._read_changelog(entry) for entry in record.changelogs]
 
     @staticmethod
