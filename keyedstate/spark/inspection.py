@@ -8,7 +8,6 @@ keys. The driver's memory therefore does not grow with the number of keys. Also 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from typing import Any, Mapping, Optional
@@ -118,8 +117,7 @@ def _batch_of(location: str, shown: str, batch_id: Optional[int], operator_id: i
         raise CheckpointNotInspectableError(
             f"{shown} is not a Spark checkpoint (it has no 'metadata' file); pass the checkpointLocation the query "
             f"ran with")
-    committed = sorted(int(name) for name, is_dir, _ in storage.list_entries("commits")
-                       if not is_dir and name.isdigit())
+    committed = checkpoint.batch_ids()
     if not committed:
         raise CheckpointNotInspectableError(
             f"{shown} has no committed batch yet (commits/ is empty): nothing to inspect until the query's first "
@@ -135,14 +133,13 @@ def _batch_of(location: str, shown: str, batch_id: Optional[int], operator_id: i
         raise CheckpointNotInspectableError(
             f"{shown} has no state of operator {operator_id} (no state/{operator_id}/): not a keyed_process "
             f"checkpoint, or pass the operator_id of keyed_process")
-    return batch_id, _batch_times(storage, batch_id)
+    return batch_id, _batch_times(checkpoint, batch_id)
 
 
-def _batch_times(storage: CheckpointStorage, batch_id: int) -> tuple[Optional[int], Optional[int]]:
-    """(watermark, timestamp) of the batch from ``offsets/<batch>`` (its second line is Spark's batch metadata)."""
+def _batch_times(checkpoint: SparkCheckpoint, batch_id: int) -> tuple[Optional[int], Optional[int]]:
+    """(watermark, timestamp) of the batch from Spark's metadata line of ``offsets/<batch>``."""
     try:
-        lines = storage.read_bytes(f"offsets/{batch_id}").decode("utf-8").splitlines()
-        metadata = json.loads(lines[1])
+        _, metadata = checkpoint.batch_offsets(batch_id)
         return int(metadata["batchWatermarkMs"]), int(metadata["batchTimestampMs"])
     except (SnapshotError, ValueError, KeyError, IndexError, TypeError) as error:
         logger.info("no watermark for batch %d (offsets/%d: %r)", batch_id, batch_id, error)

@@ -18,21 +18,19 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 import msgpack
 
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
-from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError
 from keyedstate.keygroups import KEY_GROUP_PREFIX_BYTES, key_group_assigner
-from keyedstate.redaction import without_credentials
 from keyedstate.serialization import decode_key
+from keyedstate.spark.state_reader import restored_version
 from keyedstate.state.key_groups.initial_state import storage_at
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
-from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord, Where
+from keyedstate.state.rocksdb.versions import VersionRecord, Where
 from timers.codec import decode_key_group_blob, encode_record
 from timers.service import DEFAULT_SERVICE_NAME
 
@@ -200,32 +198,18 @@ class SourceDecoder:
                     chunks.add_raw(router.target(key, _TIMER_KEY_START, blob_group), column, key, value)
 
     def _decode_version(self, record: VersionRecord, source_groups: int, router: _Router, chunks: _Chunks) -> None:
-        from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
-
-        first = record.base or (record.changelogs[0] if record.changelogs else None)
-        if first is None:
-            return
-        key_group = int(first.path.split("/", 1)[0][len("kg-"):])
-        location = self.location or without_credentials(record.location)
-        versions = KeyGroupVersions(CheckpointStorage(location, options=self.options), key_group, source_groups)
-        work_dir = savepoint_work_dir(self.local_dir)
-        with tempfile.TemporaryDirectory(prefix="keyedstate-savepoint-", dir=work_dir) as work:
-            path = os.path.join(work, "db")
-            changelogs = versions.restore(record, path)
-            backend = RocksDBKeyedStateBackend(path, num_key_groups=source_groups,
-                                               options=RocksDBOptions(reuse_existing=True))
-            try:
-                for changelog in changelogs:
-                    backend.replay(changelog)
-                metadata = {m.name: m.to_json() for m in backend.state_metadata()}
-                for name in backend.stored_state_names():
-                    if name in metadata and self._live(metadata[name]):
-                        _add_states(chunks, router, metadata[name], backend.iter_stored_records(name), key_group)
-                for column in backend.raw_column_names():
-                    for key, value in backend.iter_raw_column_records(column):
-                        chunks.add_raw(router.target(key, _TIMER_KEY_START, key_group), column, key, value)
-            finally:
-                backend.close()
+        with restored_version(record, source_groups, self.location, self.options,
+                              savepoint_work_dir(self.local_dir)) as restored:
+            if restored is None:
+                return
+            key_group, backend = restored
+            metadata = {m.name: m.to_json() for m in backend.state_metadata()}
+            for name in backend.stored_state_names():
+                if name in metadata and self._live(metadata[name]):
+                    _add_states(chunks, router, metadata[name], backend.iter_stored_records(name), key_group)
+            for column in backend.raw_column_names():
+                for key, value in backend.iter_raw_column_records(column):
+                    chunks.add_raw(router.target(key, _TIMER_KEY_START, key_group), column, key, value)
 
 
 def _add_states(chunks: _Chunks, router: _Router, metadata: dict, records: Iterable[tuple[bytes, bytes]],
