@@ -155,12 +155,10 @@ def _key_groups(keys: Any, storage_rows: list[Any]) -> tuple[KeyGroupSummary, ..
     groups = []
     for row in sorted(rows, key=lambda r: r["key_group"]):
         kept = stored.get(row["key_group"])
-        groups.append(KeyGroupSummary(
-            key_group=row["key_group"], keys=row["keys"], state_bytes=row["bytes"] or 0, timers=row["timers"] or 0,
-            row_bytes=None if kept is None else kept["row_bytes"],
-            base_bytes=None if kept is None else kept["base_bytes"],
-            changelog_bytes=None if kept is None else kept["changelog_bytes"],
-            changelogs=None if kept is None else kept["changelogs"]))
+        sizes = {} if kept is None else {name: kept[name] for name in (
+            "row_bytes", "base_bytes", "changelog_bytes", "changelogs")}
+        groups.append(KeyGroupSummary(key_group=row["key_group"], keys=row["keys"], state_bytes=row["bytes"] or 0,
+                                      timers=row["timers"] or 0, **sizes))
     return tuple(groups)
 
 

@@ -117,8 +117,11 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
     if batch not in committed:
         raise ConfigurationError(f"batch {batch} is not in the commit log of checkpoint {checkpoint_location} "
                                  f"(committed: {committed[0]}..{committed[-1]}); a savepoint holds a committed batch")
-    storage_root = state_storage or _default_state_storage()
-    uid, settings = _settings(storage_root, query_id, uid, options)
+    if not state_storage:
+        from keyedstate.spark.rocksdb_mode import default_state_storage
+
+        state_storage = default_state_storage()
+    uid, settings = _settings(state_storage, query_id, uid, options)
     recorded = settings["settings"] if settings else None
     where = f"the query of checkpoint {checkpoint_location}"
     names, types = _key_fields(key_schema, list(recorded["key_types"]) if recorded else None, where)
@@ -147,12 +150,6 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
                    "state_backend": backend, "initial_state": started_from},
     }
     return SavepointSource(tuple(parts), types, names, source_groups, backend, section)
-
-
-def _default_state_storage() -> str:
-    from keyedstate.spark.rocksdb_mode import default_state_storage
-
-    return default_state_storage()
 
 
 def _settings(state_storage: str, query_id: str, uid: Optional[str],
