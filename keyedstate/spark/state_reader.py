@@ -58,11 +58,18 @@ def stored_records(row: StateRow, state_storage: Optional[str] = None,
                    state_storage_options: Optional[Mapping[str, Any]] = None) -> tuple[StoredStates, StoredTimers]:
     """One key group's records as stored, undecoded: ``([(state metadata, [(stored key, entry), ...]), ...],
     [(domain, InternalTimer), ...])``; a RocksDB-mode row's version is restored as for :func:`decode_state_row`."""
-    if row.format == STATE_ROW_FORMAT_ROCKSDB:
-        return _rocksdb_version_records(VersionRecord.from_bytes(row.state), row.key_groups, state_storage,
-                                        state_storage_options)
-    states = [(StateMetadata.from_json(metadata), records) for metadata, records in decode_state_payload(row.state)]
     timers: StoredTimers = []
+    if row.format == STATE_ROW_FORMAT_ROCKSDB:
+        with restored_version(VersionRecord.from_bytes(row.state), row.key_groups, state_storage,
+                              state_storage_options) as restored:
+            if restored is None:
+                return [], []
+            _, backend = restored
+            for name in backend.raw_column_names():
+                domain = "event_time" if name.startswith("_timer_state/event_") else "processing_time"
+                timers += [(domain, decode_record(k, v)) for k, v in backend.iter_raw_column_records(name)]
+            return backend.export_records(), timers
+    states = [(StateMetadata.from_json(metadata), records) for metadata, records in decode_state_payload(row.state)]
     if row.timers:
         _, event_timers, processing_timers = decode_key_group_blob(row.timers)
         timers = [("event_time", t) for t in event_timers] + [("processing_time", t) for t in processing_timers]
@@ -93,19 +100,6 @@ def _assemble(states: Iterable[tuple[StateMetadata, Iterable[tuple[bytes, bytes]
         if "__timers__" in states_of_key:
             states_of_key["__timers__"].sort()
     return result
-
-
-def _rocksdb_version_records(record: VersionRecord, num_key_groups: int, state_storage: Optional[str],
-                             state_storage_options: Optional[Mapping[str, Any]]) -> tuple[StoredStates, StoredTimers]:
-    with restored_version(record, num_key_groups, state_storage, state_storage_options) as restored:
-        if restored is None:
-            return [], []
-        _, backend = restored
-        timers = []
-        for name in backend.raw_column_names():
-            domain = "event_time" if name.startswith("_timer_state/event_") else "processing_time"
-            timers += [(domain, decode_record(k, v)) for k, v in backend.iter_raw_column_records(name)]
-        return backend.export_records(), timers
 
 
 @contextmanager
