@@ -50,6 +50,22 @@ class SparkCheckpoint:
                  for _, is_dir, mtime in self.storage.list_entries(directory) if not is_dir and mtime is not None]
         return max(times, default=None)
 
+    def batch_ids(self, log: str = "commits") -> list[int]:
+        """The batches of ``commits/`` (committed) or ``offsets/`` (started), ascending."""
+        return sorted(int(name) for name, is_dir, _ in self.storage.list_entries(log) if not is_dir and name.isdigit())
+
+    def batch_offsets(self, batch: int) -> tuple[list[Optional[dict]], dict]:
+        """Each source's end offsets of ``batch`` (None for a source without), and the batch's metadata line."""
+        lines = self.storage.read_bytes(f"offsets/{batch}").decode("utf-8").splitlines()
+        metadata = json.loads(lines[1]) if len(lines) > 1 else {}
+        sources: list[Optional[dict]] = []
+        for line in lines[2:]:
+            try:
+                sources.append(json.loads(line) if line.strip() not in ("", "-") else None)
+            except ValueError:
+                sources.append({"raw": line})
+        return sources, metadata
+
     def holds_state(self) -> bool:
         """Whether the checkpoint has state rows (``state/``): restarting it restores them, and in RocksDB mode they
         name files in the state storage."""

@@ -8,7 +8,6 @@ keys. The driver's memory therefore does not grow with the number of keys. Also 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from typing import Any, Mapping, Optional
@@ -118,8 +117,7 @@ def _batch_of(location: str, shown: str, batch_id: Optional[int], operator_id: i
         raise CheckpointNotInspectableError(
             f"{shown} is not a Spark checkpoint (it has no 'metadata' file); pass the checkpointLocation the query "
             f"ran with")
-    committed = sorted(int(name) for name, is_dir, _ in storage.list_entries("commits")
-                       if not is_dir and name.isdigit())
+    committed = checkpoint.batch_ids()
     if not committed:
         raise CheckpointNotInspectableError(
             f"{shown} has no committed batch yet (commits/ is empty): nothing to inspect until the query's first "
@@ -135,14 +133,13 @@ def _batch_of(location: str, shown: str, batch_id: Optional[int], operator_id: i
         raise CheckpointNotInspectableError(
             f"{shown} has no state of operator {operator_id} (no state/{operator_id}/): not a keyed_process "
             f"checkpoint, or pass the operator_id of keyed_process")
-    return batch_id, _batch_times(storage, batch_id)
+    return batch_id, _batch_times(checkpoint, batch_id)
 
 
-def _batch_times(storage: CheckpointStorage, batch_id: int) -> tuple[Optional[int], Optional[int]]:
-    """(watermark, timestamp) of the batch from ``offsets/<batch>`` (its second line is Spark's batch metadata)."""
+def _batch_times(checkpoint: SparkCheckpoint, batch_id: int) -> tuple[Optional[int], Optional[int]]:
+    """(watermark, timestamp) of the batch from Spark's metadata line of ``offsets/<batch>``."""
     try:
-        lines = storage.read_bytes(f"offsets/{batch_id}").decode("utf-8").splitlines()
-        metadata = json.loads(lines[1])
+        _, metadata = checkpoint.batch_offsets(batch_id)
         return int(metadata["batchWatermarkMs"]), int(metadata["batchTimestampMs"])
     except (SnapshotError, ValueError, KeyError, IndexError, TypeError) as error:
         logger.info("no watermark for batch %d (offsets/%d: %r)", batch_id, batch_id, error)
@@ -158,12 +155,10 @@ def _key_groups(keys: Any, storage_rows: list[Any]) -> tuple[KeyGroupSummary, ..
     groups = []
     for row in sorted(rows, key=lambda r: r["key_group"]):
         kept = stored.get(row["key_group"])
-        groups.append(KeyGroupSummary(
-            key_group=row["key_group"], keys=row["keys"], state_bytes=row["bytes"] or 0, timers=row["timers"] or 0,
-            row_bytes=None if kept is None else kept["row_bytes"],
-            base_bytes=None if kept is None else kept["base_bytes"],
-            changelog_bytes=None if kept is None else kept["changelog_bytes"],
-            changelogs=None if kept is None else kept["changelogs"]))
+        sizes = {} if kept is None else {name: kept[name] for name in (
+            "row_bytes", "base_bytes", "changelog_bytes", "changelogs")}
+        groups.append(KeyGroupSummary(key_group=row["key_group"], keys=row["keys"], state_bytes=row["bytes"] or 0,
+                                      timers=row["timers"] or 0, **sizes))
     return tuple(groups)
 
 

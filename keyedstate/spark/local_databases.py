@@ -92,21 +92,17 @@ class LocalDatabases:
         shutil.rmtree(idle, ignore_errors=True)
         return idle
 
-    # ---- the lock of one database --------------------------------------------------------------------------------
-
     def acquire(self, path: str) -> int:
         """Wait for and take the lock of the database at ``path``; returns the descriptor :meth:`release` takes.
 
         A worker process that keeps the database open between calls (:mod:`keyedstate.spark.open_databases`) is
         asked to close it; one that is running a call on it finishes first."""
-        lock_path = path + ".lock"
         deadline = time.monotonic() + self.lock_timeout_seconds
         started = time.monotonic()
         asked_at: Optional[float] = None
         while True:
-            descriptor = _try_lock(lock_path)
+            descriptor = self.try_acquire(path)
             if descriptor is not None:
-                _write_holder(descriptor)
                 return descriptor
             now = time.monotonic()
             if now >= deadline:
@@ -187,13 +183,9 @@ class LocalDatabases:
             os.close(channel)
         return True
 
-    # ---- the committed version a database holds -------------------------------------------------------------------
-
     read_tag = staticmethod(read_tag)
     write_tag = staticmethod(write_tag)
     remove_tag = staticmethod(remove_tag)
-
-    # ---- removing databases no key group uses --------------------------------------------------------------------
 
     def sweep(self, idle_seconds: float = IDLE_SECONDS, force: bool = False) -> list[str]:
         """Remove databases unused for ``idle_seconds`` (at most once a minute unless ``force``). Used = the newer of

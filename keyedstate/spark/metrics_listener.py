@@ -118,9 +118,6 @@ class _MetricsListener(StreamingQueryListener):
         except Exception:  # a broken exporter must not stop the stream; Spark would only print the error
             logger.warning("exporting keyed-state metrics failed", exc_info=True)
 
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
     def onQueryTerminated(self, event: Any) -> None:
         pass
 

@@ -101,8 +101,6 @@ class OpenDatabases:
         self._listener_failed = False
         self._pid = os.getpid()
 
-    # ---- the call's side ---------------------------------------------------------------------------------------------
-
     def take_first(self, paths: list[str]) -> tuple[Optional[str], Optional[KeptDatabase]]:
         """The first of ``paths`` (one key group's copies) whose database this process keeps, and that database (no
         longer kept: the caller uses it, and owns its lock); (None, None) when it keeps none of them, and then
@@ -172,8 +170,6 @@ class OpenDatabases:
     def __len__(self) -> int:
         return len(self._kept)
 
-    # ---- giving databases up -----------------------------------------------------------------------------------------
-
     def _close(self, path: str, kept: KeptDatabase) -> None:
         """Flush, close and tag a kept database, then release its lock (in this order: the next holder reads the
         tag to decide whether to trust the files). A database whose directory was deleted and recreated under it
@@ -222,8 +218,6 @@ class OpenDatabases:
         for path, kept in closing:
             self._close(path, kept)
         return len(closing)
-
-    # ---- the listener thread -------------------------------------------------------------------------------------
 
     def _start_listener(self) -> bool:
         """Whether the listener runs (started now if needed); without it nothing may be kept, since no other

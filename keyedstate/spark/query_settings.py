@@ -190,19 +190,16 @@ def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings,
         record = _record_of_another_uid(query_storage, uid, settings, batch, call)
         if record is not None:  # heap mode: the state is in Spark's store; the record moves to the new uid
             _write(storage, *record)
-    if record is None:
-        if batch > 0:
-            logger.warning(
-                "%s: batch %d runs on a checkpoint whose settings were not recorded (written by a keyedstate version "
-                "that did not record them); recording the current ones. Until this batch commits, a change of "
-                "num_key_groups, key_group_layout or key column types is caught only in key groups that already "
-                "hold state", call, batch)
+    if record is None and batch > 0:
+        logger.warning(
+            "%s: batch %d runs on a checkpoint whose settings were not recorded (written by a keyedstate version "
+            "that did not record them); recording the current ones. Until this batch commits, a change of "
+            "num_key_groups, key_group_layout or key column types is caught only in key groups that already "
+            "hold state", call, batch)
+    if record is None or record[1] >= batch:  # one written by an attempt of this batch or later never committed
         _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()}, {})
         return {}
     recorded_settings, since, recorded_states, dropped = record
-    if since >= batch:  # written by an attempt of this batch or a later one that never committed: not binding
-        _write(storage, settings, batch, {name: (state, batch) for name, state in registered.items()}, {})
-        return {}
     # a drop recorded by an attempt that never committed is undone (the attempt committed nothing)
     undone = [name for name, (_, _, dropped_batch) in dropped.items() if dropped_batch >= batch]
     for name in undone:
@@ -266,7 +263,6 @@ def _write(storage: CheckpointStorage, settings: QuerySettings, since: int, stat
         body["dropped_states"] = [{**state.to_json(), "since_batch": state_since, "dropped_batch": dropped_batch}
                                   for _, (state, state_since, dropped_batch) in sorted(dropped.items())]
     storage.replace_bytes(SETTINGS_RECORD, json.dumps(body, sort_keys=True).encode())
-
 
 
 def recorded_settings(storage: CheckpointStorage) -> Optional[dict[str, Any]]:

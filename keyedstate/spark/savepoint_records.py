@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Optional
 
 import msgpack
 
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.checkpoint.manifest import FileEntry
-from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError
 from keyedstate.keygroups import KEY_GROUP_PREFIX_BYTES, key_group_assigner
-from keyedstate.redaction import without_credentials
 from keyedstate.serialization import decode_key
+from keyedstate.spark.state_reader import restored_version
 from keyedstate.state.key_groups.initial_state import storage_at
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow, decode_state_payload
-from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord, Where
+from keyedstate.state.rocksdb.versions import VersionRecord, Where
 from timers.codec import decode_key_group_blob, encode_record
 from timers.service import DEFAULT_SERVICE_NAME
 
@@ -122,6 +121,7 @@ class _Chunks:
         return ready
 
 
+@dataclass(frozen=True)
 class SourceDecoder:
     """``mapInPandas`` function: source key groups in, chunks of records for the target key groups out.
 
@@ -132,17 +132,14 @@ class SourceDecoder:
     Entries of a state dropped since, or of an earlier incarnation left in key groups not written since the drop,
     are not copied: the query itself would never read them."""
 
-    def __init__(self, source: str, key_types: tuple[str, ...], source_groups: Optional[int], target_groups: int,
-                 location: Optional[str], options: Optional[StorageOptions], local_dir: Optional[str],
-                 live_states: Optional[Mapping[str, int]] = None) -> None:
-        self.source = source
-        self.key_types = key_types
-        self.source_groups = source_groups
-        self.target_groups = target_groups
-        self.location = location
-        self.options = options
-        self.local_dir = local_dir
-        self.live_states = live_states
+    source: str
+    key_types: tuple[str, ...]
+    source_groups: Optional[int]
+    target_groups: int
+    location: Optional[str]
+    options: Optional[StorageOptions]
+    local_dir: Optional[str]
+    live_states: Optional[Mapping[str, int]] = None
 
     def _live(self, metadata: Mapping[str, Any]) -> bool:
         return self.live_states is None or self.live_states.get(metadata["name"]) == metadata.get("incarnation", 0)
@@ -155,16 +152,11 @@ class SourceDecoder:
         for batch in batches:
             for row in batch.itertuples(index=False):
                 state_row = self._state_row(row)
-                if state_row is None:
-                    continue
-                self._decode(state_row, router, chunks)
-                ready = chunks.take()
-                if ready:
-                    yield _frame(pd, ready)
+                if state_row is not None:
+                    self._decode(state_row, router, chunks)
+                    yield from _frames(pd, chunks.take())
         chunks.flush_all()
-        ready = chunks.take()
-        if ready:
-            yield _frame(pd, ready)
+        yield from _frames(pd, chunks.take())
 
     def _state_row(self, row: Any) -> Optional[StateRow]:
         if self.source == "rows":
@@ -184,7 +176,6 @@ class SourceDecoder:
         if row.format == STATE_ROW_FORMAT_ROCKSDB:
             self._decode_version(VersionRecord.from_bytes(row.state), row.key_groups, router, chunks)
             return
-        source_group = None
         for metadata, records in decode_state_payload(row.state):
             if not self._live(metadata):
                 continue
@@ -200,39 +191,20 @@ class SourceDecoder:
                     chunks.add_raw(router.target(key, _TIMER_KEY_START, blob_group), column, key, value)
 
     def _decode_version(self, record: VersionRecord, source_groups: int, router: _Router, chunks: _Chunks) -> None:
-        from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
-
-        first = record.base or (record.changelogs[0] if record.changelogs else None)
-        if first is None:
-            return
-        key_group = int(first.path.split("/", 1)[0][len("kg-"):])
-        location = self.location or without_credentials(record.location)
-        versions = KeyGroupVersions(CheckpointStorage(location, options=self.options), key_group, source_groups)
-        work_dir = savepoint_work_dir(self.local_dir)
-        with tempfile.TemporaryDirectory(prefix="keyedstate-savepoint-", dir=work_dir) as work:
-            path = os.path.join(work, "db")
-            changelogs = versions.restore(record, path)
-            backend = RocksDBKeyedStateBackend(path, num_key_groups=source_groups,
-                                               options=RocksDBOptions(reuse_existing=True))
-            try:
-                for changelog in changelogs:
-                    backend.replay(changelog)
-                metadata = {m.name: m.to_json() for m in backend.state_metadata()}
-                for name in backend.stored_state_names():
-                    if name in metadata and self._live(metadata[name]):
-                        _add_states(chunks, router, metadata[name], backend.iter_stored_records(name), key_group)
-                for column in backend.raw_column_names():
-                    for key, value in backend.iter_raw_column_records(column):
-                        chunks.add_raw(router.target(key, _TIMER_KEY_START, key_group), column, key, value)
-            finally:
-                backend.close()
-
-
-def _add_states(chunks: _Chunks, router: _Router, metadata: dict, records: Iterable[tuple[bytes, bytes]],
-                source_group: int) -> None:
-    target: Callable[[bytes, int, int], int] = router.target
-    for stored_key, entry in records:
-        chunks.add_state(target(stored_key, KEY_GROUP_PREFIX_BYTES, source_group), metadata, stored_key, entry)
+        with restored_version(record, source_groups, self.location, self.options,
+                              savepoint_work_dir(self.local_dir)) as restored:
+            if restored is None:
+                return
+            key_group, backend = restored
+            metadata = {m.name: m.to_json() for m in backend.state_metadata()}
+            for name in backend.stored_state_names():
+                if name in metadata and self._live(metadata[name]):
+                    for stored_key, entry in backend.iter_stored_records(name):
+                        chunks.add_state(router.target(stored_key, KEY_GROUP_PREFIX_BYTES, key_group), metadata[name],
+                                         stored_key, entry)
+            for column in backend.raw_column_names():
+                for key, value in backend.iter_raw_column_records(column):
+                    chunks.add_raw(router.target(key, _TIMER_KEY_START, key_group), column, key, value)
 
 
 def savepoint_work_dir(configured: Optional[str]) -> Optional[str]:
@@ -243,8 +215,9 @@ def savepoint_work_dir(configured: Optional[str]) -> Optional[str]:
     return directory
 
 
-def _frame(pd: Any, ready: list[tuple[int, bytes]]) -> Any:
+def _frames(pd: Any, ready: list[tuple[int, bytes]]) -> Iterator[Any]:
     import numpy as np
 
-    return pd.DataFrame({"key_group": np.array([group for group, _ in ready], dtype=np.int32),
-                         "chunk": [chunk for _, chunk in ready]})
+    if ready:
+        yield pd.DataFrame({"key_group": np.array([group for group, _ in ready], dtype=np.int32),
+                            "chunk": [chunk for _, chunk in ready]})

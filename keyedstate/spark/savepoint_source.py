@@ -109,7 +109,7 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
                   "write the savepoint with Spark 4.0+; a query on Spark 3.5 can start from it")
     checkpoint = SparkCheckpoint(checkpoint_location)
     query_id = checkpoint.query_id()
-    committed = _batch_ids(checkpoint, "commits")
+    committed = checkpoint.batch_ids()
     if not committed:
         raise ConfigurationError(f"the query of checkpoint {checkpoint_location} has committed no batch yet: there is "
                                  f"no state to save. Let it run a batch first")
@@ -117,8 +117,11 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
     if batch not in committed:
         raise ConfigurationError(f"batch {batch} is not in the commit log of checkpoint {checkpoint_location} "
                                  f"(committed: {committed[0]}..{committed[-1]}); a savepoint holds a committed batch")
-    storage_root = state_storage or _default_state_storage()
-    uid, settings = _settings(storage_root, query_id, uid, options)
+    if not state_storage:
+        from keyedstate.spark.rocksdb_mode import default_state_storage
+
+        state_storage = default_state_storage()
+    uid, settings = _settings(state_storage, query_id, uid, options)
     recorded = settings["settings"] if settings else None
     where = f"the query of checkpoint {checkpoint_location}"
     names, types = _key_fields(key_schema, list(recorded["key_types"]) if recorded else None, where)
@@ -127,7 +130,7 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
     if backend is None or (recorded is None and num_key_groups is None):
         raise ConfigurationError(f"{where} has no settings record; pass state_backend= and num_key_groups= as the "
                                  f"query ran with")
-    offsets_lines, metadata = _offsets(checkpoint, batch)
+    offsets_lines, metadata = checkpoint.batch_offsets(batch)
     commit = checkpoint.storage.read_bytes(f"commits/{batch}").decode("utf-8").splitlines()
     next_watermark = json.loads(commit[1]).get("nextBatchWatermarkMs") if len(commit) > 1 else None
     frame = (spark.read.format("statestore").option("operatorId", operator_id).option("batchId", batch)
@@ -147,30 +150,6 @@ def checkpoint_source(spark: Any, checkpoint_location: str, *, batch_id: Optiona
                    "state_backend": backend, "initial_state": started_from},
     }
     return SavepointSource(tuple(parts), types, names, source_groups, backend, section)
-
-
-def _default_state_storage() -> str:
-    from keyedstate.spark.rocksdb_mode import default_state_storage
-
-    return default_state_storage()
-
-
-def _batch_ids(checkpoint: SparkCheckpoint, log: str) -> list[int]:
-    return sorted(int(name) for name, is_dir, _ in checkpoint.storage.list_entries(log)
-                  if not is_dir and name.isdigit())
-
-
-def _offsets(checkpoint: SparkCheckpoint, batch: int) -> tuple[list[Optional[dict]], dict]:
-    """Each source's end offsets of ``batch`` (None for a source without), and the batch's metadata line."""
-    lines = checkpoint.storage.read_bytes(f"offsets/{batch}").decode("utf-8").splitlines()
-    metadata = json.loads(lines[1]) if len(lines) > 1 else {}
-    sources: list[Optional[dict]] = []
-    for line in lines[2:]:
-        try:
-            sources.append(json.loads(line) if line.strip() not in ("", "-") else None)
-        except ValueError:
-            sources.append({"raw": line})
-    return sources, metadata
 
 
 def _settings(state_storage: str, query_id: str, uid: Optional[str],

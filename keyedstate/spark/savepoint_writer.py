@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
 from keyedstate.checkpoint.filesystems import StorageOptions
@@ -147,17 +148,16 @@ class _RocksDBGroup:
             shutil.rmtree(self.work, ignore_errors=True)
 
 
+@dataclass(frozen=True)
 class TargetWriter:
     """``mapInPandas`` function over chunks partitioned and sorted by target key group: one result row per key
     group (its row file's :class:`~keyedstate.checkpoint.manifest.FileEntry` as JSON, records and timers)."""
 
-    def __init__(self, path: str, options: Optional[StorageOptions], state_backend: str, num_key_groups: int,
-                 local_dir: Optional[str]) -> None:
-        self.path = path
-        self.options = options
-        self.state_backend = state_backend
-        self.num_key_groups = num_key_groups
-        self.local_dir = local_dir
+    path: str
+    options: Optional[StorageOptions]
+    state_backend: str
+    num_key_groups: int
+    local_dir: Optional[str]
 
     def _group(self, key_group: int) -> Any:
         if self.state_backend == HEAP:

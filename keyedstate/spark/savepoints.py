@@ -212,8 +212,6 @@ def write_savepoint(
     return savepoint
 
 
-
-
 def stop_with_savepoint(
     query: Any,
     path: str,
@@ -246,8 +244,7 @@ def stop_with_savepoint(
     from keyedstate.cleanup.spark_checkpoint import SparkCheckpoint
 
     found = SparkCheckpoint(checkpoint)
-    committed = sorted(int(n) for n, is_dir, _ in found.storage.list_entries("commits") if not is_dir and n.isdigit())
-    started = sorted(int(n) for n, is_dir, _ in found.storage.list_entries("offsets") if not is_dir and n.isdigit())
+    committed, started = found.batch_ids(), found.batch_ids("offsets")
     if not committed:
         raise ConfigurationError(f"query {query.id} committed no batch before it stopped: there is no state to save")
     if started and started[-1] > committed[-1]:
@@ -261,8 +258,7 @@ def stop_with_savepoint(
     if kafka_source_options is not None:
         from connectors.kafka.group_offsets import commit_savepoint_offsets
 
-        lines = found.storage.read_bytes(f"offsets/{batch}").decode("utf-8").splitlines()[2:]
-        sources = [json.loads(line) if line.strip() not in ("", "-") else None for line in lines]
+        sources, _ = found.batch_offsets(batch)
         commit = commit_savepoint_offsets(kafka_source_options, sources, kafka_source_index, batch)
         commits = (commit,) if commit is not None else ()
     return write_savepoint(spark, checkpoint, path, batch_id=batch, _kafka_group_commits=commits, **options)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pickle
 import re
+from dataclasses import dataclass
 from typing import Any, Iterator, Mapping, Optional, Sequence, Union
 
 from keyedstate.errors import ConfigurationError
@@ -126,19 +127,18 @@ def read_keyed_state_frame(
     columns = [*key_fields, ("state", "STRING"), ("value", "BINARY"), *typed.items(), ("timers", _TIMERS_TYPE)]
     ddl = ", ".join(f"`{name}` {kind}" for name, kind in columns)
     key_names = [name for name, _ in key_fields]
-    decode = _Decoder(descriptors, key_names, list(typed), state_storage, state_storage_options)
+    decode = _Decoder(descriptors, key_names, list(typed), (state_storage, state_storage_options))
     return rows.mapInPandas(decode, ddl)
 
 
+@dataclass(frozen=True)
 class _Decoder:
     """Runs in the executors: state rows in, one output row per key and state out (a batch per key group)."""
 
-    def __init__(self, descriptors: tuple[StateDescriptor, ...], key_names: list[str], typed: list[str],
-                 state_storage: Optional[str], state_storage_options: Optional[Mapping[str, Any]]) -> None:
-        self.descriptors = descriptors
-        self.key_names = key_names
-        self.typed = typed
-        self.storage = (state_storage, state_storage_options)
+    descriptors: tuple[StateDescriptor, ...]
+    key_names: list[str]
+    typed: list[str]
+    storage: tuple[Optional[str], Optional[Mapping[str, Any]]]
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd
@@ -188,10 +188,10 @@ def _inferred_key_fields(rows: Any, descriptors: tuple[StateDescriptor, ...], st
     return [(f"key_{position}", kind) for position, kind in enumerate(kinds, start=1)]
 
 
+@dataclass(frozen=True)
 class _KeySampler:
-    def __init__(self, descriptors: tuple[StateDescriptor, ...], storage: tuple[Any, Any]) -> None:
-        self.descriptors = descriptors
-        self.storage = storage
+    descriptors: tuple[StateDescriptor, ...]
+    storage: tuple[Any, Any]
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pandas as pd

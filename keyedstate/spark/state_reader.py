@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.redaction import without_credentials
@@ -24,7 +25,7 @@ from keyedstate.state.rocksdb.versions import KeyGroupVersions, VersionRecord
 from timers import decode_key_group_blob
 from timers.codec import decode_record
 
-__all__ = ["read_keyed_state", "decode_state_row", "stored_records"]
+__all__ = ["read_keyed_state", "decode_state_row", "stored_records", "restored_version"]
 
 _PICKLE = PickleValueCodec()
 
@@ -57,11 +58,18 @@ def stored_records(row: StateRow, state_storage: Optional[str] = None,
                    state_storage_options: Optional[Mapping[str, Any]] = None) -> tuple[StoredStates, StoredTimers]:
     """One key group's records as stored, undecoded: ``([(state metadata, [(stored key, entry), ...]), ...],
     [(domain, InternalTimer), ...])``; a RocksDB-mode row's version is restored as for :func:`decode_state_row`."""
-    if row.format == STATE_ROW_FORMAT_ROCKSDB:
-        return _rocksdb_version_records(VersionRecord.from_bytes(row.state), row.key_groups, state_storage,
-                                        state_storage_options)
-    states = [(StateMetadata.from_json(metadata), records) for metadata, records in decode_state_payload(row.state)]
     timers: StoredTimers = []
+    if row.format == STATE_ROW_FORMAT_ROCKSDB:
+        with restored_version(VersionRecord.from_bytes(row.state), row.key_groups, state_storage,
+                              state_storage_options) as restored:
+            if restored is None:
+                return [], []
+            _, backend = restored
+            for name in backend.raw_column_names():
+                domain = "event_time" if name.startswith("_timer_state/event_") else "processing_time"
+                timers += [(domain, decode_record(k, v)) for k, v in backend.iter_raw_column_records(name)]
+            return backend.export_records(), timers
+    states = [(StateMetadata.from_json(metadata), records) for metadata, records in decode_state_payload(row.state)]
     if row.timers:
         _, event_timers, processing_timers = decode_key_group_blob(row.timers)
         timers = [("event_time", t) for t in event_timers] + [("processing_time", t) for t in processing_timers]
@@ -94,30 +102,28 @@ def _assemble(states: Iterable[tuple[StateMetadata, Iterable[tuple[bytes, bytes]
     return result
 
 
-def _rocksdb_version_records(record: VersionRecord, num_key_groups: int, state_storage: Optional[str],
-                             state_storage_options: Optional[Mapping[str, Any]]) -> tuple[StoredStates, StoredTimers]:
+@contextmanager
+def restored_version(record: VersionRecord, num_key_groups: int, location: Optional[str], options: Any,
+                     work_dir: Optional[str] = None) -> Iterator[Optional[tuple[int, Any]]]:
+    """The key group of a RocksDB-mode version and a temporary database holding it (restored from ``location``, else
+    from where the record says it was written, and its changelogs replayed); None for a version with no files."""
     from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 
     first = record.base or (record.changelogs[0] if record.changelogs else None)
     if first is None:
-        return [], []
+        yield None
+        return
     key_group = int(first.path.split("/", 1)[0][len("kg-"):])
-    storage = CheckpointStorage(state_storage or without_credentials(record.location), options=state_storage_options)
-    versions = KeyGroupVersions(storage, key_group, num_key_groups)
-    with tempfile.TemporaryDirectory(prefix="keyedstate-read-") as directory:
+    storage = CheckpointStorage(location or without_credentials(record.location), options=options)
+    with tempfile.TemporaryDirectory(prefix="keyedstate-restore-", dir=work_dir) as directory:
         path = os.path.join(directory, "db")
-        changelogs = versions.restore(record, path)
+        changelogs = KeyGroupVersions(storage, key_group, num_key_groups).restore(record, path)
         backend = RocksDBKeyedStateBackend(path, num_key_groups=num_key_groups,
                                            options=RocksDBOptions(reuse_existing=True))
         try:
             for changelog in changelogs:
                 backend.replay(changelog)
-            states = backend.export_records()
-            timers = []
-            for name in backend.raw_column_names():
-                domain = "event_time" if name.startswith("_timer_state/event_") else "processing_time"
-                timers += [(domain, decode_record(k, v)) for k, v in backend.iter_raw_column_records(name)]
-            return states, timers
+            yield key_group, backend
         finally:
             backend.close()
 
