@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 __all__ = ["GroupFunctionSpec", "GroupRuntime", "make_group_function", "cached_runtime", "create_store",
            "METRICS_TAG", "METRICS_SCHEMA_DDL"]
 
-logger = logging.getLogger("keyedstate.spark.group")
+logger = logging.getLogger("keyedstate.spark")
 
 
 
@@ -269,16 +269,24 @@ class GroupRuntime:
         marks = operator.outputs.key_marks
         records, _ = operator.outputs.drain()
         side = operator.outputs.drain_all_side()
+        call_s = perf_counter() - started
+        processed, fired = operator.elements_processed - processed_before, operator.timers_fired - fired_before
+        slow_ms = self.spec.options.slow_call_warning_ms
+        if slow_ms is not None and call_s * 1000 > slow_ms:
+            user_s = metrics.process_s + metrics.timer_s
+            logger.warning("%s key group %d, batch %s: the call took %.1f ms (slow_call_warning_ms=%d) for %d "
+                           "elements and %d timers: %.1f ms in the user function, %.1f ms in keyedstate",
+                           self.call_name, key_group, batch_id, call_s * 1000, slow_ms, processed, fired,
+                           user_s * 1000, (call_s - user_s) * 1000)
         if self.spec.emits_metrics:
             outputs = len(records) + sum(len(values) for values in side.values())
             registered, deleted = timer_counts()
             side.setdefault(METRICS_TAG, []).append((metrics.row(
-                key_group, elements=operator.elements_processed - processed_before, outputs=outputs,
-                watermark=watermark, timers_fired=operator.timers_fired - fired_before,
+                key_group, elements=processed, outputs=outputs, watermark=watermark, timers_fired=fired,
                 timers_registered=registered - registered_before, timers_deleted=deleted - deleted_before,
                 pending_timers=timers.num_event_time_timers(key_group) + timers.num_processing_time_timers(key_group),
                 keys_with_state=keys_with_state, state_bytes=self.store.state_bytes(written), bytes_written=written,
-                base_bytes_written=self.store.base_bytes_written, call_s=perf_counter() - started,
+                base_bytes_written=self.store.base_bytes_written, call_s=call_s,
             ), None))
         if not records and not side:
             return []

@@ -90,6 +90,8 @@ class KeyedProcessOptions:
       ``num_key_groups`` or key column types differ from the query's.
     * ``job_parameters={"threshold": "10"}`` (strings) are what ``runtime_context.get_job_parameter(key, default)``
       returns in the function, as Flink's global job parameters; a restart may change them.
+    * ``slow_call_warning_ms``: a key-group call that takes longer logs a WARNING on the worker (logger
+      ``keyedstate.spark``) with its key group, batch, elements, timers and time in the function and in keyedstate.
     """
 
     time_mode: str = EVENT_TIME
@@ -108,11 +110,16 @@ class KeyedProcessOptions:
     snapshot_policy: Optional[SnapshotPolicy] = None
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None
     job_parameters: Optional[Mapping[str, str]] = None
+    slow_call_warning_ms: Optional[int] = None
 
     def __post_init__(self) -> None:
         poll = self.processing_time_poll_interval_ms
         if not isinstance(poll, int) or isinstance(poll, bool) or poll <= 0:
             raise ConfigurationError("processing_time_poll_interval_ms must be a positive int of milliseconds")
+        slow = self.slow_call_warning_ms
+        if slow is not None and (not isinstance(slow, int) or isinstance(slow, bool) or slow <= 0):
+            raise ConfigurationError(f"slow_call_warning_ms must be a positive int of milliseconds (or None), got "
+                                     f"{slow!r}")
         if self.num_key_groups is not None:
             validate_num_key_groups(self.num_key_groups)
         check_key_group_layout(self.key_group_layout)

@@ -42,6 +42,8 @@ def test_the_defaults_are_keyed_processs_defaults():
     ({"uid": "a/b"}, "uid='a/b' is not valid: a uid is 1-200 characters"),
     ({"state_storage": ""}, "state_storage must be a path or URI string, got ''"),
     ({"state_storage_options": {"retry": 1}}, "unknown state_storage_options \\['retry'\\]"),
+    ({"slow_call_warning_ms": 0}, "slow_call_warning_ms must be a positive int of milliseconds \\(or None\\), got 0$"),
+    ({"slow_call_warning_ms": 2.5}, "slow_call_warning_ms must be a positive int .*, got 2.5"),
 ])
 def test_a_bad_option_is_refused_when_the_options_are_built(arguments, message):
     with pytest.raises(ConfigurationError, match=message):
