@@ -29,7 +29,8 @@ from keyedstate.api.time_domain import TimeDomain
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError
-from keyedstate.spark.group_function import GroupFunctionSpec, GroupRuntime, cached_runtime, create_store
+from keyedstate.spark.group_function import GroupRuntime, cached_runtime
+from keyedstate.spark.group_spec import GroupFunctionSpec, create_store
 from keyedstate.spark.key_group_layout import IDENTITY
 from keyedstate.spark.metrics import CallMetrics
 from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions

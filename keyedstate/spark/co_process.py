@@ -29,11 +29,10 @@ from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
 from keyedstate.spark.process import (
     EVENT_TIME_MS_COLUMN,
     INTERNAL_COLUMN_PREFIX,
-    KEY_GROUP_COLUMN,
-    add_key_group_column,
     event_time_millis,
     group_call,
     output_layout,
+    with_grouping_column,
     with_progress_metrics,
 )
 from keyedstate.spark.schemas import check_key_columns
@@ -212,12 +211,7 @@ def keyed_co_process(
         for index, (df, keys, column) in enumerate(zip(inputs, key_lists, event_times))
     ]
     union = projected[0].unionByName(projected[1])
-    if options.num_key_groups is None:
-        prepared, grouping_column = union, key_names[0] if len(key_names) == 1 else KEY_GROUP_COLUMN
-    else:
-        prepared = add_key_group_column(union, key_names, options.num_key_groups,
-                                        key_group_layout=options.key_group_layout)
-        grouping_column = KEY_GROUP_COLUMN
+    prepared, grouping_column = with_grouping_column(union, key_names, options)
     frame_columns = [tuple(_input_frame_column(i, f.name) for f in fields) for i, fields in enumerate(value_fields)]
     field_names = [tuple(f.name for f in fields) for fields in value_fields]
     columns = TwoInputColumns(

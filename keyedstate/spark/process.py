@@ -20,7 +20,8 @@ from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
-from keyedstate.spark.group_function import GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import make_group_function
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.spark.key_group_layout import BALANCED, grouping_value_column
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, metrics_name, metrics_struct, observe_metrics
 from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
@@ -34,19 +35,9 @@ from keyedstate.spark_compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_pa
 from keyedstate.state.key_groups.initial_state import resolve_initial_state
 from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
 
-__all__ = [
-    "METRICS_TAG",
-    "METRICS_SCHEMA_DDL",
-    "KEY_GROUP_COLUMN",
-    "EVENT_TIME_MS_COLUMN",
-    "KeyedProcessOptions",
-    "keyed_process",
-    "keyed_process_metrics_name",
-    "add_key_group_column",
-    "apply_in_pandas_with_state_args",
-    "main_output",
-    "side_output",
-]
+__all__ = ["METRICS_TAG", "METRICS_SCHEMA_DDL", "KEY_GROUP_COLUMN", "EVENT_TIME_MS_COLUMN", "KeyedProcessOptions",
+           "keyed_process", "keyed_process_metrics_name", "add_key_group_column", "apply_in_pandas_with_state_args",
+           "main_output", "side_output"]
 
 INTERNAL_COLUMN_PREFIX = "_keyedstate_"
 KEY_GROUP_COLUMN = INTERNAL_COLUMN_PREFIX + "key_group"
@@ -106,16 +97,22 @@ def _prepare(
             "time_mode='event_time' needs event_time_column (a timestamp column with a watermark: "
             "df.withWatermark(column, '10 seconds')); use time_mode='processing_time' for streams without event time"
         )
+    prepared, grouping_column = with_grouping_column(df, key_columns, options)
+    # after the key groups: they hash the keys' Spark values, as bootstrap_keyed_state does. Without key groups Spark
+    # groups by the key columns themselves: their type is in the checkpoint's state schema
+    sent = value_columns if options.num_key_groups is not None else [c for c in value_columns if c not in key_columns]
+    prepared, micros = send_timestamps_as_micros(prepared, sent, key_columns, "keyed_process")
+    return prepared, value_columns, grouping_column, time_ms_column, micros
+
+
+def with_grouping_column(df: DataFrame, key_columns: Sequence[str],
+                         options: KeyedProcessOptions) -> tuple[DataFrame, str]:
+    """``df`` with its key-group column, and the column's name; without key groups (``num_key_groups=None``) ``df``
+    and the one key column Spark groups by (several key columns: :data:`KEY_GROUP_COLUMN`, which names none)."""
     if options.num_key_groups is None:
-        # Spark groups by the key columns themselves here: their type is in the checkpoint's state schema
-        encode = [c for c in value_columns if c not in key_columns]
-        df, micros = send_timestamps_as_micros(df, encode, key_columns, "keyed_process")
-        return df, value_columns, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN, time_ms_column, micros
-    prepared = add_key_group_column(df, key_columns, options.num_key_groups,
-                                    key_group_layout=options.key_group_layout)
-    # after the key groups: they hash the keys' Spark values, as bootstrap_keyed_state does
-    prepared, micros = send_timestamps_as_micros(prepared, value_columns, key_columns, "keyed_process")
-    return prepared, value_columns, KEY_GROUP_COLUMN, time_ms_column, micros
+        return df, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN
+    layout = options.key_group_layout
+    return add_key_group_column(df, key_columns, options.num_key_groups, key_group_layout=layout), KEY_GROUP_COLUMN
 
 
 def apply_in_pandas_with_state_args(

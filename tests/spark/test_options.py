@@ -13,7 +13,8 @@ from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, RocksDBOpti
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark import KeyedProcessOptions, SnapshotPolicy, keyed_co_process
-from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, GroupRuntime, cached_runtime
+from keyedstate.spark.group_function import _RUNTIMES, GroupRuntime, cached_runtime
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.spark.options import PROCESSING_TIME
 from keyedstate.spark.output_frames import OutputLayout
 from tests.spark.file_stream import start_query, write_input
