@@ -33,7 +33,8 @@ from keyedstate import (
 from keyedstate.keygroups import key_group_of_key
 from keyedstate.operator import KeyedProcessOperator
 from keyedstate.serialization import encode_key
-from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, make_group_function
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.options import KeyedProcessOptions
 from keyedstate.spark.output_frames import OutputLayout

@@ -18,7 +18,7 @@ import shutil
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -29,8 +29,8 @@ from keyedstate.api.time_domain import TimeDomain
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError, KeyedStateError
-from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
-from keyedstate.spark.group_function import GroupFunctionSpec, GroupRuntime, cached_runtime, create_store
+from keyedstate.spark.group_function import GroupRuntime, cached_runtime
+from keyedstate.spark.group_spec import GroupFunctionSpec, create_store
 from keyedstate.spark.key_group_layout import IDENTITY
 from keyedstate.spark.metrics import CallMetrics
 from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
@@ -39,7 +39,6 @@ from keyedstate.spark.process import KEY_GROUP_COLUMN, add_key_group_column
 from keyedstate.spark.schemas import check_key_columns
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark_compat import check_arrow
-from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.key_groups.initial_state import (
     KeyedStateBootstrap,
     encode_row,
@@ -48,12 +47,12 @@ from keyedstate.state.key_groups.initial_state import (
     write_bootstrap_manifest,
 )
 from keyedstate.state.key_groups.row_format import StateRow
-from keyedstate.state.rocksdb.options import RocksDBOptions
 
 __all__ = ["bootstrap_keyed_state"]
 
 _UID = "bootstrap"
 _RESULT_SCHEMA = "key_group INT, entry STRING"
+_STATE_FIELDS = ("num_key_groups", "state_backend", "state_storage_options", "state_local_dir", "rocksdb_options")
 
 
 def bootstrap_keyed_state(
@@ -62,11 +61,8 @@ def bootstrap_keyed_state(
     bootstrap_function: KeyedStateBootstrapFunction,
     *,
     path: str,
-    num_key_groups: int = DEFAULT_NUM_KEY_GROUPS,
-    state_backend: str = HEAP,
-    state_storage_options: Optional[Mapping[str, Any]] = None,
-    state_local_dir: Optional[str] = None,
-    rocksdb_options: Optional[RocksDBOptions] = None,
+    options: Optional[KeyedProcessOptions] = None,
+    **settings: Any,
 ) -> KeyedStateBootstrap:
     """Run ``bootstrap_function`` over the batch DataFrame ``df`` keyed by ``key_columns`` and write the keyed state
     (and timers) it produces below ``path``; a new query starts from it with
@@ -76,8 +72,10 @@ def bootstrap_keyed_state(
       current (``ctx.get_current_key()``, a tuple for several key columns); it writes state through handles from
       ``open(runtime_context)``, registered with the descriptors the query's function uses, and may register timers
       with ``ctx.timer_service()`` (they fire in the query). It emits nothing.
-    * ``num_key_groups`` and ``state_backend`` (``"heap"`` or ``"rocksdb"``) must be the query's; the key columns
-      must have the query's key column types (a key's key group depends on them).
+    * ``options`` (a :class:`KeyedProcessOptions`, such as the query's) and the keyword arguments (which replace
+      its fields) give the state fields only: ``num_key_groups`` and ``state_backend`` (``"heap"`` or
+      ``"rocksdb"``) must be the query's; the key columns must have the query's key column types (a key's key group
+      depends on them).
     * ``path`` is a local path or ``pyarrow.fs`` URI (``s3://...``) the query's executors can read, configured by
       ``state_storage_options`` (as keyed_process's); it must not hold a bootstrap yet. The query only reads it:
       keep it as long as a checkpoint started from it lives (key groups load it on their first call).
@@ -92,11 +90,15 @@ def bootstrap_keyed_state(
         raise ConfigurationError("bootstrap_keyed_state reads a batch DataFrame (spark.read...), not a streaming one; "
                                  "the streaming query starts from its output with keyed_process(initial_state=...)")
     check_key_columns(df, key_columns)
-    validate_num_key_groups(num_key_groups)  # a bootstrap writes key groups: None (group by user key) has none
     if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
         raise ConfigurationError(f"path must be a path or URI string, got {path!r}")
-    options = KeyedProcessOptions.of({**locals(), "time_mode": PROCESSING_TIME, "key_group_layout": IDENTITY,
-                                      "progress_metrics": False, "state_storage": os.fspath(path), "uid": _UID})
+    options = KeyedProcessOptions.of(
+        "bootstrap_keyed_state", options, settings, accepted=_STATE_FIELDS, time_mode=PROCESSING_TIME,
+        key_group_layout=IDENTITY, progress_metrics=False, state_storage=os.fspath(path), uid=_UID)
+    num_key_groups = options.num_key_groups
+    if num_key_groups is None:
+        raise ConfigurationError("bootstrap_keyed_state writes key groups: num_key_groups=None (grouping by the user "
+                                 "key) has none; bootstrap a query that uses key groups")
     storage = new_bootstrap_storage(os.fspath(path), options.storage_options)
     types = {field.name: field.dataType.simpleString() for field in df.schema.fields}
     job = _BootstrapJob.create(bootstrap_function, options, tuple((c, types[c]) for c in key_columns),

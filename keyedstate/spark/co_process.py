@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -24,18 +24,15 @@ from pyspark.sql.types import BooleanType, DataType, IntegralType, StructType, T
 
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.errors import ConfigurationError
-from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS
 from keyedstate.spark.group_elements import column_values, rows_builder
-from keyedstate.spark.key_group_layout import BALANCED
-from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
+from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
 from keyedstate.spark.process import (
     EVENT_TIME_MS_COLUMN,
     INTERNAL_COLUMN_PREFIX,
-    KEY_GROUP_COLUMN,
-    add_key_group_column,
     event_time_millis,
     group_call,
     output_layout,
+    with_grouping_column,
     with_progress_metrics,
 )
 from keyedstate.spark.schemas import check_key_columns
@@ -48,10 +45,6 @@ from keyedstate.spark.watermarks import (
     watermark_field,
     without_watermark,
 )
-from keyedstate.state.base.kinds import HEAP
-from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap
-from keyedstate.state.rocksdb.options import RocksDBOptions
-from keyedstate.state.rocksdb.versions import SnapshotPolicy
 
 __all__ = ["keyed_co_process", "TwoInputColumns", "INPUT_COLUMN"]
 
@@ -155,23 +148,9 @@ def keyed_co_process(
     output_schema: Union[StructType, str],
     *,
     event_time_columns: Optional[tuple[str, str]] = None,
-    time_mode: str = EVENT_TIME,
-    num_key_groups: Optional[int] = DEFAULT_NUM_KEY_GROUPS,
     side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
-    processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
-    drop_late_events: bool = False,
-    emit_metrics: bool = False,
-    key_group_layout: str = BALANCED,
-    state_backend: str = HEAP,
-    state_storage: Optional[str] = None,
-    state_storage_options: Optional[Mapping[str, Any]] = None,
-    state_local_dir: Optional[str] = None,
-    uid: Optional[str] = None,
-    rocksdb_options: Optional[RocksDBOptions] = None,
-    snapshot_policy: Optional[SnapshotPolicy] = None,
-    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
-    progress_metrics: bool = True,
-    job_parameters: Optional[Mapping[str, str]] = None,
+    options: Optional[KeyedProcessOptions] = None,
+    **settings: Any,
 ) -> DataFrame:
     """Run ``function`` over ``first`` (keyed by ``first_key_columns``) and ``second`` (keyed by
     ``second_key_columns``); returns the output stream (append mode).
@@ -190,19 +169,17 @@ def keyed_co_process(
     * Late elements of either input reach ``process_element1`` / ``process_element2`` as in Flink
       (``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart); ``drop_late_events=True``
       lets Spark drop them before the function instead.
-    * Every other option is :func:`keyedstate.spark.keyed_process`'s, with the same meaning: ``time_mode``,
-      ``num_key_groups``, ``key_group_layout``, ``side_outputs`` (read with ``main_output`` / ``side_output``),
-      ``progress_metrics``, ``emit_metrics``, ``processing_time_poll_interval_ms``, ``state_backend`` (``"heap"`` or ``"rocksdb"``),
-      ``state_storage``, ``state_storage_options``, ``state_local_dir``, ``uid``, ``rocksdb_options``,
-      ``snapshot_policy``, ``initial_state`` (the bootstrap's key column types are compared with
-      ``first_key_columns``') and ``job_parameters``.
+    * ``side_outputs`` as :func:`keyedstate.spark.keyed_process`'s (read with ``main_output`` / ``side_output``).
+    * ``options``: see :class:`keyedstate.spark.KeyedProcessOptions`, whose every field is also a keyword argument
+      here that replaces that field of ``options``, with keyed_process's meaning (``initial_state``'s key column
+      types are compared with ``first_key_columns``').
     """
     if not isinstance(function, KeyedCoProcessFunction):
         raise ConfigurationError(
             f"function must be a KeyedCoProcessFunction instance (process_element1 and process_element2), got "
             f"{type(function).__qualname__}; a KeyedProcessFunction runs with keyed_process"
         )
-    options = KeyedProcessOptions.of(locals())
+    options = KeyedProcessOptions.of("keyed_co_process", options, settings)
     layout = output_layout(output_schema, side_outputs, options)
     inputs = (first, second)
     key_lists = (first_key_columns, second_key_columns)
@@ -234,12 +211,7 @@ def keyed_co_process(
         for index, (df, keys, column) in enumerate(zip(inputs, key_lists, event_times))
     ]
     union = projected[0].unionByName(projected[1])
-    if options.num_key_groups is None:
-        prepared, grouping_column = union, key_names[0] if len(key_names) == 1 else KEY_GROUP_COLUMN
-    else:
-        prepared = add_key_group_column(union, key_names, options.num_key_groups,
-                                        key_group_layout=options.key_group_layout)
-        grouping_column = KEY_GROUP_COLUMN
+    prepared, grouping_column = with_grouping_column(union, key_names, options)
     frame_columns = [tuple(_input_frame_column(i, f.name) for f in fields) for i, fields in enumerate(value_fields)]
     field_names = [tuple(f.name for f in fields) for fields in value_fields]
     columns = TwoInputColumns(

@@ -14,9 +14,8 @@ from __future__ import annotations
 import gc
 import logging
 import warnings
-from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -36,11 +35,11 @@ from keyedstate.spark.group_elements import (
     key_codes,
     rows_builder,
 )
+from keyedstate.spark.group_spec import GroupFunctionSpec, create_store
 from keyedstate.spark.key_group_layout import key_group_of_grouping_value
-from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, CallMetrics
-from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
-from keyedstate.spark.output_frames import OutputLayout
-from keyedstate.spark.query_settings import QuerySettings, check_restart_settings, operator_storage_location
+from keyedstate.spark.metrics import METRICS_TAG, CallMetrics
+from keyedstate.spark.options import EVENT_TIME
+from keyedstate.spark.query_settings import check_restart_settings, operator_storage_location
 from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark_compat import (
     current_batch_id,
@@ -50,57 +49,13 @@ from keyedstate.spark_compat import (
     watermark_or_none,
 )
 from keyedstate.state.base.backend import StateMetadata
-from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.base.layout import key_group_prefix
-from keyedstate.state.key_groups.initial_state import InitialState
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.key_groups.store import KeyGroupStore, check_recorded_key_groups
 
-if TYPE_CHECKING:
-    from keyedstate.spark.co_process import TwoInputColumns
+__all__ = ["GroupRuntime", "make_group_function", "cached_runtime"]
 
-__all__ = ["GroupFunctionSpec", "GroupRuntime", "make_group_function", "cached_runtime", "create_store",
-           "METRICS_TAG", "METRICS_SCHEMA_DDL"]
-
-logger = logging.getLogger("keyedstate.spark.group")
-
-
-
-@dataclass(frozen=True)
-class GroupFunctionSpec:
-    """Everything a worker needs to run a key group; built on the driver by ``keyed_process``."""
-
-    runtime_id: str
-    key_columns: tuple[str, ...]
-    value_columns: tuple[str, ...]
-    key_group_column: str
-    event_time_ms_column: Optional[str]
-    layout: OutputLayout  # the output struct; a call emits metric rows when it has the metrics side output
-    options: KeyedProcessOptions = KeyedProcessOptions()  # resolved on the driver: uid and state_storage filled in
-    parallelism: int = 1  # spark.sql.shuffle.partitions when the query was defined
-    retain_batches: int = 100  # spark.sql.streaming.minBatchesToRetain
-    inputs: Optional[TwoInputColumns] = None  # two inputs: which columns hold whose values (value_columns unused)
-    initial_state: Optional[InitialState] = None  # what key groups start from (resolved options.initial_state)
-    micros_columns: tuple[str, ...] = ()  # timestamp columns sent as microseconds (keyedstate.spark.timestamps)
-    key_types: tuple[str, ...] = ()  # the key columns' Spark types (simpleString), in order
-
-    @property
-    def num_key_groups(self) -> int:
-        """The backend's number of key groups."""
-        return self.options.num_key_groups or 1
-
-    @property
-    def emits_metrics(self) -> bool:
-        return METRICS_TAG in self.layout.side_schemas
-
-    def restart_settings(self) -> QuerySettings:
-        """What this operator's committed state depends on (checked against the record when a query restarts)."""
-        options = self.options
-        return QuerySettings(
-            key_types=self.key_types, num_key_groups=options.num_key_groups,
-            key_group_layout=options.key_group_layout, state_backend=options.state_backend,
-            time_mode=options.time_mode,
-            initial_state=self.initial_state.bootstrap_id if self.initial_state is not None else None)
+logger = logging.getLogger("keyedstate.spark")
 
 
 class _BatchClock:
@@ -269,16 +224,24 @@ class GroupRuntime:
         marks = operator.outputs.key_marks
         records, _ = operator.outputs.drain()
         side = operator.outputs.drain_all_side()
+        call_s = perf_counter() - started
+        processed, fired = operator.elements_processed - processed_before, operator.timers_fired - fired_before
+        slow_ms = self.spec.options.slow_call_warning_ms
+        if slow_ms is not None and call_s * 1000 > slow_ms:
+            user_s = metrics.process_s + metrics.timer_s
+            logger.warning("%s key group %d, batch %s: the call took %.1f ms (slow_call_warning_ms=%d) for %d "
+                           "elements and %d timers: %.1f ms in the user function, %.1f ms in keyedstate",
+                           self.call_name, key_group, batch_id, call_s * 1000, slow_ms, processed, fired,
+                           user_s * 1000, (call_s - user_s) * 1000)
         if self.spec.emits_metrics:
             outputs = len(records) + sum(len(values) for values in side.values())
             registered, deleted = timer_counts()
             side.setdefault(METRICS_TAG, []).append((metrics.row(
-                key_group, elements=operator.elements_processed - processed_before, outputs=outputs,
-                watermark=watermark, timers_fired=operator.timers_fired - fired_before,
+                key_group, elements=processed, outputs=outputs, watermark=watermark, timers_fired=fired,
                 timers_registered=registered - registered_before, timers_deleted=deleted - deleted_before,
                 pending_timers=timers.num_event_time_timers(key_group) + timers.num_processing_time_timers(key_group),
                 keys_with_state=keys_with_state, state_bytes=self.store.state_bytes(written), bytes_written=written,
-                base_bytes_written=self.store.base_bytes_written, call_s=perf_counter() - started,
+                base_bytes_written=self.store.base_bytes_written, call_s=call_s,
             ), None))
         if not records and not side:
             return []
@@ -415,23 +378,3 @@ def cached_runtime(runtime_id: str, create: Callable[[], _Runtime]) -> _Runtime:
     if runtime is None:
         runtime = _RUNTIMES[runtime_id] = create()
     return runtime
-
-
-def create_store(spec: GroupFunctionSpec, clock: Any, **rocksdb_arguments: Any) -> KeyGroupStore:
-    """The key-group store of ``spec``'s state backend, on the TTL clock ``clock``; ``rocksdb_arguments`` go to
-    :func:`keyedstate.spark.rocksdb_mode.rocksdb_store` (where a bootstrap writes, whether databases stay open)."""
-    options = spec.options
-    if options.state_backend == HEAP:
-        from keyedstate.state.key_groups.row_store import RowKeyGroupStore
-
-        return RowKeyGroupStore(spec.num_key_groups, clock, initial_state=spec.initial_state)
-    from keyedstate.spark.rocksdb_mode import rocksdb_store
-
-    assert options.state_storage is not None and options.uid is not None
-    return rocksdb_store(
-        spec.num_key_groups, clock, state_storage=options.state_storage,
-        storage_options=options.storage_options,
-        local_dir=options.state_local_dir, uid=options.uid, options=options.rocksdb_options,
-        policy=options.snapshot_policy, retain_batches=spec.retain_batches, initial_state=spec.initial_state,
-        **rocksdb_arguments,
-    )

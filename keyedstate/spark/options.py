@@ -6,7 +6,8 @@ checked once when built; behind the entry points only this object travels. What 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Optional, Union
+from difflib import get_close_matches
+from typing import Any, Collection, Mapping, Optional, Union
 
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.errors import ConfigurationError
@@ -27,28 +28,70 @@ DEFAULT_POLL_INTERVAL_MS = 1_000
 
 @dataclass(frozen=True)
 class KeyedProcessOptions:
-    """How a keyed operator runs and where its state lives, validated when built. ``keyed_process`` and
-    ``keyed_co_process`` take each field as a keyword argument (:func:`keyedstate.spark.keyed_process` describes
-    each in full); ``bootstrap_keyed_state`` takes the state fields.
+    """How a keyed operator runs and where its state lives, validated when built. ``keyed_process``,
+    ``keyed_co_process`` and ``apply_in_pandas_with_state_args`` take it as ``options=`` and each field as a keyword
+    argument (which replaces that field of ``options``); ``bootstrap_keyed_state`` takes the state fields.
 
-    * ``time_mode``: ``"event_time"`` (Spark's watermark drives event-time timers) or ``"processing_time"``.
-    * ``num_key_groups``: how many key groups (fixed for the checkpoint's life); None groups by the user key.
-    * ``key_group_layout``: ``"balanced"`` or ``"identity"``, how key groups map to Spark groups (fixed too).
-    * ``processing_time_poll_interval_ms``: processing-time mode: how often event-time timers are polled.
-    * ``drop_late_events``: Spark drops elements behind the watermark before the function sees them.
-    * ``emit_metrics``: keep the per-call metric rows in the output (side output ``keyedstate_metrics``).
-    * ``progress_metrics``: sum the metric rows into the query's ``lastProgress["observedMetrics"]``.
-    * ``state_backend``: ``"heap"`` (state in Spark's state rows) or ``"rocksdb"`` (local RocksDB databases).
-    * ``state_storage``: the path or ``pyarrow.fs`` URI of durable RocksDB state and of the settings record every
-      restart is checked against; None: a local default on ``local[...]`` masters.
-    * ``state_storage_options``: how to reach it (``retry_seconds``, S3 credentials); kept as ``StorageOptions``.
-    * ``state_local_dir``: RocksDB only, where executors keep their local databases.
-    * ``uid``: names the operator's directories in ``state_storage``; None: derived from the function's class.
-    * ``rocksdb_options``: RocksDB only, a :class:`keyedstate.RocksDBOptions`.
-    * ``snapshot_policy``: RocksDB only, a :class:`SnapshotPolicy`: when a base snapshot replaces changelogs.
-    * ``initial_state``: the bootstrap or savepoint (path or :class:`KeyedStateBootstrap`) a query starts from.
-    * ``job_parameters``: strings every function reads with ``runtime_context.get_job_parameter(key, default)``
-      (Flink's global job parameters).
+    * ``time_mode``: with ``"event_time"`` (default) the watermark is Spark's (``df.withWatermark(...)`` upstream is
+      required) and event-time timers are mirrored into Spark's event-time timeout. ``"processing_time"`` uses the
+      micro-batch timestamp as processing time and Spark's processing-time timeout; event-time timers then fire when
+      polled every ``processing_time_poll_interval_ms``.
+    * ``num_key_groups`` is fixed for the life of the checkpoint. ``None`` groups by the user key itself (slow:
+      about 1 ms of Spark overhead per key and batch).
+    * ``key_group_layout`` is fixed for the life of the checkpoint too. ``"balanced"`` (default) runs key group
+      ``g`` in shuffle partition ``g mod spark.sql.shuffle.partitions``, so every Spark task gets the same number of
+      key groups; ``"identity"`` groups by the key-group number and leaves the spread to Spark's hash (the layout
+      of checkpoints written by keyedstate before the balanced layout existed).
+    * Late elements (event time older than the watermark) reach ``process_element`` as in Flink, where
+      ``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart; ``drop_late_events=True``
+      lets Spark drop them before the function instead (its late-row filter then needs the event-time column as
+      a pandas timestamp: a value after 2262-04-11 or before 1677-09-21 fails the batch naming column and key).
+    * ``progress_metrics=True`` (default) puts each micro-batch's keyed-state metrics (elements, outputs, late
+      elements, watermark, timers, keys, state bytes, bytes written, time in the function and in keyedstate, key
+      group skew) into ``query.lastProgress["observedMetrics"]["keyedstate.<uid>"]``
+      (:func:`keyedstate.spark.keyed_process_metrics_name`), where ``StreamingQueryListener`` s and Spark Connect
+      clients read them (:class:`keyedstate.spark.PrometheusMetricsListener` exports them to Prometheus);
+      docs/operations.md, "Monitoring", describes each one. Through Spark's ``DataFrame.observe``: evaluating a
+      micro-batch's output twice (``foreachBatch`` without ``persist``) counts it twice.
+    * ``emit_metrics=True`` also keeps the per-call rows the metrics are summed from in the output, as the side
+      output ``keyedstate_metrics`` (``METRICS_SCHEMA_DDL``, one row per key-group call);
+      ``side_output(stream, "keyedstate_metrics")`` selects it.
+    * ``state_backend`` is fixed for the life of the checkpoint. ``"heap"`` (default, "row mode") keeps each key
+      group's whole state and timers in its Spark state row: fastest while state is small, but every batch rewrites
+      the state of every key group it touches. ``"rocksdb"`` keeps it in a local RocksDB per key group on the
+      executors and writes durably only what changed (a changelog per key group and batch, and now and then a new
+      incremental base snapshot) to ``state_storage``: per-batch cost follows what changed, not the total state.
+      See docs/state-backends.md for when to choose which.
+    * RocksDB mode only: ``state_storage`` is the durable location (a local path or any ``pyarrow.fs`` URI:
+      ``s3://``, ``hdfs://``, ``gs://``; state goes below ``<state_storage>/<query id>/<uid>/``). Default: the local
+      directory :func:`keyedstate.spark.rocksdb_mode.default_state_storage` (single machine, ``local[...]`` masters
+      only; a cluster needs storage every executor reaches). ``state_storage_options`` (a dict) configures it:
+      ``retry_seconds`` (default 60) is how long a read or write is retried while the storage is unreachable
+      before the batch fails; for ``s3://``, credentials and endpoint come from the standard AWS environment
+      (``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, roles, ...) unless given here
+      (``endpoint_url``, ``access_key``, ``secret_key``, ``region``, any ``pyarrow.fs.S3FileSystem`` argument);
+      see docs/operations.md. ``state_local_dir`` is where executors keep their
+      local databases (default: ``$KEYEDSTATE_LOCAL_DIR``, else Spark's local dir, else the temp dir). ``uid``
+      names the operator's state directories (default: the function's class ``__qualname__`` without ``<>``; a
+      class whose name breaks the uid rule, such as ``_make.<locals>.Count``, gets a valid one derived from it):
+      give two keyed_process of the same function class in one query different uids. A uid is 1-200 letters,
+      digits, ``.``, ``_`` or ``-``, the first a letter or digit. ``rocksdb_options`` tunes RocksDB
+      (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` (:class:`keyedstate.spark.SnapshotPolicy`) says
+      when a new base snapshot replaces changelogs.
+    * ``state_storage`` in row mode (``"heap"``) holds only the record of the settings the committed state depends
+      on (a few hundred bytes below ``<state_storage>/<query id>/<uid>/``), against which every restart is checked
+      before it processes anything: a changed ``num_key_groups``, key type, backend, time mode, bootstrap or state
+      declaration fails with :class:`~keyedstate.errors.RestartSettingsChangedError` (docs/operations.md,
+      "Upgrading and rescaling a job"). Default as in RocksDB mode on ``local[...]`` masters; on a cluster give it.
+    * ``initial_state`` (the path :func:`keyedstate.spark.bootstrap_keyed_state` wrote to, or what it returned)
+      starts a new query from bootstrapped keyed state and timers: each key group's first call loads its state from
+      there (read in the executors). Give it on every restart of that checkpoint too. Refused when the checkpoint
+      already holds state that did not start from it, and when the bootstrap's ``state_backend``,
+      ``num_key_groups`` or key column types differ from the query's.
+    * ``job_parameters={"threshold": "10"}`` (strings) are what ``runtime_context.get_job_parameter(key, default)``
+      returns in the function, as Flink's global job parameters; a restart may change them.
+    * ``slow_call_warning_ms``: a key-group call that takes longer logs a WARNING on the worker (logger
+      ``keyedstate.spark``) with its key group, batch, elements, timers and time in the function and in keyedstate.
     """
 
     time_mode: str = EVENT_TIME
@@ -67,11 +110,16 @@ class KeyedProcessOptions:
     snapshot_policy: Optional[SnapshotPolicy] = None
     initial_state: Optional[Union[str, KeyedStateBootstrap]] = None
     job_parameters: Optional[Mapping[str, str]] = None
+    slow_call_warning_ms: Optional[int] = None
 
     def __post_init__(self) -> None:
         poll = self.processing_time_poll_interval_ms
         if not isinstance(poll, int) or isinstance(poll, bool) or poll <= 0:
             raise ConfigurationError("processing_time_poll_interval_ms must be a positive int of milliseconds")
+        slow = self.slow_call_warning_ms
+        if slow is not None and (not isinstance(slow, int) or isinstance(slow, bool) or slow <= 0):
+            raise ConfigurationError(f"slow_call_warning_ms must be a positive int of milliseconds (or None), got "
+                                     f"{slow!r}")
         if self.num_key_groups is not None:
             validate_num_key_groups(self.num_key_groups)
         check_key_group_layout(self.key_group_layout)
@@ -111,10 +159,25 @@ class KeyedProcessOptions:
                                      f"{type(self.snapshot_policy).__qualname__}")
 
     @classmethod
-    def of(cls, arguments: Mapping[str, Any]) -> "KeyedProcessOptions":
-        """The options among ``arguments``: an entry point's ``locals()``, its keyword arguments named as the
-        fields, so a new field reaches it by adding the keyword argument."""
-        return cls(**{field.name: arguments[field.name] for field in fields(cls) if field.name in arguments})
+    def of(cls, call: str, options: Optional[KeyedProcessOptions], settings: Mapping[str, Any], *,
+           accepted: Optional[Collection[str]] = None, **fixed: Any) -> KeyedProcessOptions:
+        """The options of a call of the entry point ``call``: ``options`` (default: the defaults) with ``settings``,
+        the call's keyword arguments named as the fields, replacing those fields. ``fixed`` are the fields the entry
+        point sets itself, ``accepted`` (default: all) the only others it takes, from ``settings`` and ``options``."""
+        names = [f.name for f in fields(cls) if f.name not in fixed and (accepted is None or f.name in accepted)]
+        for name in settings:
+            if name in fixed:
+                raise ConfigurationError(f"{call} sets {name} itself; leave {name}={settings[name]!r} out")
+            if name not in names:
+                close = get_close_matches(name, names, n=1)
+                raise ConfigurationError(
+                    f"{call} got an unknown option {name!r}{f'; did you mean {close[0]!r}?' if close else '.'} "
+                    f"The options {call} takes are KeyedProcessOptions' fields: {', '.join(names)}")
+        if options is not None and not isinstance(options, cls):
+            raise ConfigurationError(f"{call}: options must be a KeyedProcessOptions, got "
+                                     f"{type(options).__qualname__}")
+        base = options if options is not None else cls()
+        return cls(**{**{name: getattr(base, name) for name in names}, **settings, **fixed})
 
     @property
     def storage_options(self) -> StorageOptions:

@@ -10,7 +10,7 @@ per key and batch, which caps a 2-core machine near 2,000 keys/s.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -20,10 +20,11 @@ from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.api.process_function import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import DEFAULT_NUM_KEY_GROUPS, validate_num_key_groups
-from keyedstate.spark.group_function import GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import make_group_function
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.spark.key_group_layout import BALANCED, grouping_value_column
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, metrics_name, metrics_struct, observe_metrics
-from keyedstate.spark.options import DEFAULT_POLL_INTERVAL_MS, EVENT_TIME, KeyedProcessOptions
+from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
 from keyedstate.spark.output_frames import SIDE_OUTPUT_TAG_COLUMN, OutputLayout, side_output_column
 from keyedstate.spark.schemas import check_key_columns, column_types, parse_schema
 from keyedstate.spark.shipping import ShippedFunction
@@ -31,25 +32,12 @@ from keyedstate.spark.state_backend_options import default_uid, resolve_state_ba
 from keyedstate.spark.timestamps import send_timestamps_as_micros
 from keyedstate.spark.watermarks import check_watermark, keep_late_events
 from keyedstate.spark_compat import GROUP_STATE_TIMEOUT, check_arrow, shuffle_partitions
-from keyedstate.state.base.kinds import HEAP
-from keyedstate.state.key_groups.initial_state import KeyedStateBootstrap, resolve_initial_state
+from keyedstate.state.key_groups.initial_state import resolve_initial_state
 from keyedstate.state.key_groups.row_format import STATE_ROW_SCHEMA_DDL
-from keyedstate.state.rocksdb.options import RocksDBOptions
-from keyedstate.state.rocksdb.versions import SnapshotPolicy
 
-__all__ = [
-    "METRICS_TAG",
-    "METRICS_SCHEMA_DDL",
-    "KEY_GROUP_COLUMN",
-    "EVENT_TIME_MS_COLUMN",
-    "KeyedProcessOptions",
-    "keyed_process",
-    "keyed_process_metrics_name",
-    "add_key_group_column",
-    "apply_in_pandas_with_state_args",
-    "main_output",
-    "side_output",
-]
+__all__ = ["METRICS_TAG", "METRICS_SCHEMA_DDL", "KEY_GROUP_COLUMN", "EVENT_TIME_MS_COLUMN", "KeyedProcessOptions",
+           "keyed_process", "keyed_process_metrics_name", "add_key_group_column", "apply_in_pandas_with_state_args",
+           "main_output", "side_output"]
 
 INTERNAL_COLUMN_PREFIX = "_keyedstate_"
 KEY_GROUP_COLUMN = INTERNAL_COLUMN_PREFIX + "key_group"
@@ -109,48 +97,35 @@ def _prepare(
             "time_mode='event_time' needs event_time_column (a timestamp column with a watermark: "
             "df.withWatermark(column, '10 seconds')); use time_mode='processing_time' for streams without event time"
         )
+    prepared, grouping_column = with_grouping_column(df, key_columns, options)
+    # after the key groups: they hash the keys' Spark values, as bootstrap_keyed_state does. Without key groups Spark
+    # groups by the key columns themselves: their type is in the checkpoint's state schema
+    sent = value_columns if options.num_key_groups is not None else [c for c in value_columns if c not in key_columns]
+    prepared, micros = send_timestamps_as_micros(prepared, sent, key_columns, "keyed_process")
+    return prepared, value_columns, grouping_column, time_ms_column, micros
+
+
+def with_grouping_column(df: DataFrame, key_columns: Sequence[str],
+                         options: KeyedProcessOptions) -> tuple[DataFrame, str]:
+    """``df`` with its key-group column, and the column's name; without key groups (``num_key_groups=None``) ``df``
+    and the one key column Spark groups by (several key columns: :data:`KEY_GROUP_COLUMN`, which names none)."""
     if options.num_key_groups is None:
-        # Spark groups by the key columns themselves here: their type is in the checkpoint's state schema
-        encode = [c for c in value_columns if c not in key_columns]
-        df, micros = send_timestamps_as_micros(df, encode, key_columns, "keyed_process")
-        return df, value_columns, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN, time_ms_column, micros
-    prepared = add_key_group_column(df, key_columns, options.num_key_groups,
-                                    key_group_layout=options.key_group_layout)
-    # after the key groups: they hash the keys' Spark values, as bootstrap_keyed_state does
-    prepared, micros = send_timestamps_as_micros(prepared, value_columns, key_columns, "keyed_process")
-    return prepared, value_columns, KEY_GROUP_COLUMN, time_ms_column, micros
+        return df, key_columns[0] if len(key_columns) == 1 else KEY_GROUP_COLUMN
+    layout = options.key_group_layout
+    return add_key_group_column(df, key_columns, options.num_key_groups, key_group_layout=layout), KEY_GROUP_COLUMN
 
 
 def apply_in_pandas_with_state_args(
-    df: DataFrame,
-    key_columns: Sequence[str],
-    function: KeyedProcessFunction,
-    output_schema: Union[StructType, str],
-    *,
-    event_time_column: Optional[str] = None,
-    time_mode: str = EVENT_TIME,
-    num_key_groups: Optional[int] = DEFAULT_NUM_KEY_GROUPS,
-    side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
-    processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
-    drop_late_events: bool = False,
-    emit_metrics: bool = False,
-    key_group_layout: str = BALANCED,
-    state_backend: str = HEAP,
-    state_storage: Optional[str] = None,
-    state_storage_options: Optional[Mapping[str, Any]] = None,
-    state_local_dir: Optional[str] = None,
-    uid: Optional[str] = None,
-    rocksdb_options: Optional[RocksDBOptions] = None,
-    snapshot_policy: Optional[SnapshotPolicy] = None,
-    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
-    job_parameters: Optional[Mapping[str, str]] = None,
+    df: DataFrame, key_columns: Sequence[str], function: KeyedProcessFunction, output_schema: Union[StructType, str],
+    *, event_time_column: Optional[str] = None, side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
+    options: Optional[KeyedProcessOptions] = None, **settings: Any,
 ) -> tuple[DataFrame, list[str], tuple[Any, StructType, str, str, str]]:
     """For users who call Spark themselves: the prepared frame, the grouping columns, and the arguments of
     ``prepared.groupBy(*grouping).applyInPandasWithState(*args)`` (function, output struct, state struct (DDL),
-    output mode, timeout conf). The keyword arguments are :func:`keyed_process`'s (:class:`KeyedProcessOptions`'
-    fields, without ``progress_metrics``: the caller observes the output itself)."""
-    options = KeyedProcessOptions.of({**locals(), "progress_metrics": False})
-    return _group_call_of(df, key_columns, function, output_schema, event_time_column, side_outputs, options)
+    output mode, timeout conf). The arguments are :func:`keyed_process`'s, but ``progress_metrics`` is always off:
+    the caller observes the output itself."""
+    resolved = KeyedProcessOptions.of("apply_in_pandas_with_state_args", options, settings, progress_metrics=False)
+    return _group_call_of(df, key_columns, function, output_schema, event_time_column, side_outputs, resolved)
 
 
 def _group_call_of(
@@ -236,23 +211,9 @@ def keyed_process(
     output_schema: Union[StructType, str],
     *,
     event_time_column: Optional[str] = None,
-    time_mode: str = EVENT_TIME,
-    num_key_groups: Optional[int] = DEFAULT_NUM_KEY_GROUPS,
     side_outputs: Optional[dict[str, Union[StructType, str]]] = None,
-    processing_time_poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
-    drop_late_events: bool = False,
-    emit_metrics: bool = False,
-    key_group_layout: str = BALANCED,
-    state_backend: str = HEAP,
-    state_storage: Optional[str] = None,
-    state_storage_options: Optional[Mapping[str, Any]] = None,
-    state_local_dir: Optional[str] = None,
-    uid: Optional[str] = None,
-    rocksdb_options: Optional[RocksDBOptions] = None,
-    snapshot_policy: Optional[SnapshotPolicy] = None,
-    initial_state: Optional[Union[str, KeyedStateBootstrap]] = None,
-    progress_metrics: bool = True,
-    job_parameters: Optional[Mapping[str, str]] = None,
+    options: Optional[KeyedProcessOptions] = None,
+    **settings: Any,
 ) -> DataFrame:
     """Run ``function`` over ``df`` keyed by ``key_columns``; returns the output stream (append mode).
 
@@ -261,69 +222,17 @@ def keyed_process(
       as in ``collect()``'s Rows, in the session time zone, for every year Spark allows, 9999 included);
       ``ctx.get_current_key()`` is the key column's value (a tuple for several key
       columns). A call processes its keys one after another, each key's elements in event-time order.
-    * ``event_time_column`` (timestamp) gives ``ctx.timestamp()``; with ``time_mode="event_time"`` (default) the
-      watermark is Spark's (``df.withWatermark(...)`` upstream is required) and event-time timers are mirrored into
-      Spark's event-time timeout. ``time_mode="processing_time"`` uses the micro-batch timestamp as processing time
-      and Spark's processing-time timeout; event-time timers then fire when polled every
-      ``processing_time_poll_interval_ms``.
-    * ``num_key_groups`` is fixed for the life of the checkpoint. ``None`` groups by the user key itself (slow:
-      about 1 ms of Spark overhead per key and batch).
-    * ``key_group_layout`` is fixed for the life of the checkpoint too. ``"balanced"`` (default) runs key group
-      ``g`` in shuffle partition ``g mod spark.sql.shuffle.partitions``, so every Spark task gets the same number of
-      key groups; ``"identity"`` groups by the key-group number and leaves the spread to Spark's hash (the layout
-      of checkpoints written by keyedstate before the balanced layout existed).
-    * Late elements (event time older than the watermark) reach ``process_element`` as in Flink, where
-      ``ctx.timestamp() < ctx.timer_service().current_watermark()`` tells them apart; ``drop_late_events=True``
-      lets Spark drop them before the function instead (its late-row filter then needs the event-time column as
-      a pandas timestamp: a value after 2262-04-11 or before 1677-09-21 fails the batch naming column and key).
-    * ``progress_metrics=True`` (default) puts each micro-batch's keyed-state metrics (elements, outputs, late
-      elements, watermark, timers, keys, state bytes, bytes written, time in the function and in keyedstate, key
-      group skew) into ``query.lastProgress["observedMetrics"]["keyedstate.<uid>"]``
-      (:func:`keyed_process_metrics_name`), where ``StreamingQueryListener`` s and Spark Connect clients read them
-      (:class:`keyedstate.spark.PrometheusMetricsListener` exports them to Prometheus); docs/operations.md,
-      "Monitoring", describes each one. Through Spark's ``DataFrame.observe``: evaluating a micro-batch's output
-      twice (``foreachBatch`` without ``persist``) counts it twice.
-    * ``emit_metrics=True`` also keeps the per-call rows the metrics are summed from in the output, as the side
-      output ``keyedstate_metrics`` (:data:`METRICS_SCHEMA_DDL`, one row per key-group call);
-      ``side_output(stream, "keyedstate_metrics")`` selects it.
+    * ``event_time_column`` (timestamp) gives ``ctx.timestamp()``; ``time_mode="event_time"`` (the default)
+      requires it, with ``df.withWatermark(...)`` upstream.
     * ``side_outputs={"late": "user STRING, ts BIGINT"}`` declares side outputs; the output then has an
       ``output_tag`` column and one struct column per side output: use :func:`main_output` / :func:`side_output`.
-    * ``state_backend`` is fixed for the life of the checkpoint. ``"heap"`` (default, "row mode") keeps each key
-      group's whole state and timers in its Spark state row: fastest while state is small, but every batch rewrites
-      the state of every key group it touches. ``"rocksdb"`` keeps it in a local RocksDB per key group on the
-      executors and writes durably only what changed (a changelog per key group and batch, and now and then a new
-      incremental base snapshot) to ``state_storage``: per-batch cost follows what changed, not the total state.
-      See docs/state-backends.md for when to choose which.
-    * RocksDB mode only: ``state_storage`` is the durable location (a local path or any ``pyarrow.fs`` URI:
-      ``s3://``, ``hdfs://``, ``gs://``; state goes below ``<state_storage>/<query id>/<uid>/``). Default: the local
-      directory :func:`keyedstate.spark.rocksdb_mode.default_state_storage` (single machine, ``local[...]`` masters
-      only; a cluster needs storage every executor reaches). ``state_storage_options`` (a dict) configures it:
-      ``retry_seconds`` (default 60) is how long a read or write is retried while the storage is unreachable
-      before the batch fails; for ``s3://``, credentials and endpoint come from the standard AWS environment
-      (``AWS_ACCESS_KEY_ID``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``, roles, ...) unless given here
-      (``endpoint_url``, ``access_key``, ``secret_key``, ``region``, any ``pyarrow.fs.S3FileSystem`` argument);
-      see docs/operations.md. ``state_local_dir`` is where executors keep their
-      local databases (default: ``$KEYEDSTATE_LOCAL_DIR``, else Spark's local dir, else the temp dir). ``uid``
-      names the operator's state directories (default: the function's class ``__qualname__`` without ``<>``; a
-      class whose name breaks the uid rule, such as ``_make.<locals>.Count``, gets a valid one derived from it):
-      give two keyed_process of the same function class in one query different uids. A uid is 1-200 letters,
-      digits, ``.``, ``_`` or ``-``, the first a letter or digit. ``rocksdb_options`` tunes RocksDB
-      (:class:`keyedstate.RocksDBOptions`); ``snapshot_policy`` (:class:`keyedstate.spark.SnapshotPolicy`) says
-      when a new base snapshot replaces changelogs.
-    * ``state_storage`` in row mode (``"heap"``) holds only the record of the settings the committed state depends
-      on (a few hundred bytes below ``<state_storage>/<query id>/<uid>/``), against which every restart is checked
-      before it processes anything: a changed ``num_key_groups``, key type, backend, time mode, bootstrap or state
-      declaration fails with :class:`~keyedstate.errors.RestartSettingsChangedError` (docs/operations.md,
-      "Upgrading and rescaling a job"). Default as in RocksDB mode on ``local[...]`` masters; on a cluster give it.
-    * ``initial_state`` (the path :func:`keyedstate.spark.bootstrap_keyed_state` wrote to, or what it returned)
-      starts a new query from bootstrapped keyed state and timers: each key group's first call loads its state from
-      there (read in the executors). Give it on every restart of that checkpoint too. Refused when the checkpoint
-      already holds state that did not start from it, and when the bootstrap's ``state_backend``,
-      ``num_key_groups`` or key column types differ from the query's.
-    * ``job_parameters={"threshold": "10"}`` (strings) are what ``runtime_context.get_job_parameter(key, default)``
-      returns in the function, as Flink's global job parameters; a restart may change them.
+    * The metrics ``progress_metrics`` puts into the query's progress are under
+      :func:`keyed_process_metrics_name`'s key; ``emit_metrics`` keeps their rows as the side output
+      ``keyedstate_metrics`` (:data:`METRICS_SCHEMA_DDL`).
+    * ``options``: see :class:`KeyedProcessOptions`, whose every field is also a keyword argument here
+      (``num_key_groups=8, state_backend="rocksdb"``) that replaces that field of ``options``.
     """
-    options = KeyedProcessOptions.of(locals())
+    options = KeyedProcessOptions.of("keyed_process", options, settings)
     prepared, grouping, args = _group_call_of(df, key_columns, function, output_schema, event_time_column,
                                               side_outputs, options)
     output = prepared.groupBy(*grouping).applyInPandasWithState(*args)

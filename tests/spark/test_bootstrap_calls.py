@@ -16,7 +16,8 @@ from keyedstate import KeyedProcessFunction, KeyedStateBootstrapFunction, Types,
 from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark.bootstrap import _BootstrapJob, _group_function
-from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, make_group_function
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.state.key_groups.initial_state import InitialState, KeyedStateBootstrap, resolve_initial_state
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions

@@ -13,7 +13,8 @@ from pyspark.sql import Row
 
 from keyedstate import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError, NullKeyError, UserFunctionError
-from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, make_group_function
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.spark.options import EVENT_TIME, PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.output_frames import OutputLayout

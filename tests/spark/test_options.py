@@ -1,5 +1,6 @@
 """KeyedProcessOptions: every option is checked once, when the object is built, with the message the entry points
-give; the entry points build it from their keyword arguments, and the functions they run see ``job_parameters``."""
+give; the entry points build it from their options object and keyword arguments, and the functions they run see
+``job_parameters``."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, RocksDBOpti
 from keyedstate.checkpoint.filesystems import StorageOptions
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark import KeyedProcessOptions, SnapshotPolicy, keyed_co_process
-from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, GroupRuntime, cached_runtime
+from keyedstate.spark.group_function import _RUNTIMES, GroupRuntime, cached_runtime
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.spark.options import PROCESSING_TIME
 from keyedstate.spark.output_frames import OutputLayout
 from tests.spark.file_stream import start_query, write_input
@@ -41,6 +43,8 @@ def test_the_defaults_are_keyed_processs_defaults():
     ({"uid": "a/b"}, "uid='a/b' is not valid: a uid is 1-200 characters"),
     ({"state_storage": ""}, "state_storage must be a path or URI string, got ''"),
     ({"state_storage_options": {"retry": 1}}, "unknown state_storage_options \\['retry'\\]"),
+    ({"slow_call_warning_ms": 0}, "slow_call_warning_ms must be a positive int of milliseconds \\(or None\\), got 0$"),
+    ({"slow_call_warning_ms": 2.5}, "slow_call_warning_ms must be a positive int .*, got 2.5"),
 ])
 def test_a_bad_option_is_refused_when_the_options_are_built(arguments, message):
     with pytest.raises(ConfigurationError, match=message):
@@ -61,13 +65,39 @@ def test_storage_options_are_parsed_once_and_the_object_is_frozen():
         options.uid = "other"  # type: ignore[misc]
 
 
-def test_an_entry_points_keyword_arguments_become_the_fields_of_the_same_name():
-    def entry_point(df=None, *, time_mode="processing_time", num_key_groups=4, side_outputs=None, uid="counter"):
-        return KeyedProcessOptions.of(locals())
+def test_an_entry_points_keyword_arguments_replace_the_fields_of_its_options_object():
+    shared = KeyedProcessOptions(time_mode="processing_time", num_key_groups=4, uid="counter")
+    options = KeyedProcessOptions.of("keyed_process", shared, {"num_key_groups": 8})
+    assert (options.time_mode, options.num_key_groups, options.uid) == ("processing_time", 8, "counter")
+    assert KeyedProcessOptions.of("keyed_process", None, {"uid": "x"}) == KeyedProcessOptions(uid="x")
+    with pytest.raises(ConfigurationError, match="num_key_groups must be an int between 1 and 32768, got 0"):
+        KeyedProcessOptions.of("keyed_process", shared, {"num_key_groups": 0})
 
-    options = entry_point()
-    assert (options.time_mode, options.num_key_groups, options.uid) == ("processing_time", 4, "counter")
-    assert options.state_backend == "heap"  # not among the arguments: the default
+
+def test_an_unknown_keyword_argument_is_refused_with_the_closest_field():
+    with pytest.raises(ConfigurationError, match="keyed_process got an unknown option 'num_key_group'; did you mean "
+                                                 "'num_key_groups'\\? The options keyed_process takes are "
+                                                 "KeyedProcessOptions' fields: time_mode, num_key_groups, "):
+        KeyedProcessOptions.of("keyed_process", None, {"num_key_group": 8})
+    with pytest.raises(ConfigurationError, match="got an unknown option 'colour'\\. The options"):
+        KeyedProcessOptions.of("keyed_process", None, {"colour": "red"})
+    with pytest.raises(ConfigurationError, match="options must be a KeyedProcessOptions, got dict"):
+        KeyedProcessOptions.of("keyed_process", {"uid": "x"}, {})  # type: ignore[arg-type]
+
+
+def test_an_entry_point_sets_its_fixed_fields_and_takes_only_the_fields_it_accepts():
+    shared = KeyedProcessOptions(num_key_groups=4, progress_metrics=True, emit_metrics=True, uid="query")
+    options = KeyedProcessOptions.of("bootstrap_keyed_state", shared, {"state_backend": "rocksdb"},
+                                     accepted=("num_key_groups", "state_backend"), uid="bootstrap")
+    assert (options.num_key_groups, options.state_backend, options.uid) == (4, "rocksdb", "bootstrap")
+    assert not options.emit_metrics  # not accepted: the default, whatever the shared options say
+    with pytest.raises(ConfigurationError, match="apply_in_pandas_with_state_args sets progress_metrics itself"):
+        KeyedProcessOptions.of("apply_in_pandas_with_state_args", None, {"progress_metrics": True},
+                               progress_metrics=False)
+    with pytest.raises(ConfigurationError, match="unknown option 'emit_metrics'.*takes are KeyedProcessOptions' "
+                                                 "fields: num_key_groups, state_backend$"):
+        KeyedProcessOptions.of("bootstrap_keyed_state", None, {"emit_metrics": True},
+                               accepted=("num_key_groups", "state_backend"))
 
 
 @pytest.mark.parametrize("parameters", [{"threshold": 10}, ["threshold"], {1: "x"}])

@@ -14,7 +14,8 @@ import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
-from keyedstate.spark.group_function import _RUNTIMES, GroupFunctionSpec, make_group_function
+from keyedstate.spark.group_function import _RUNTIMES, make_group_function
+from keyedstate.spark.group_spec import GroupFunctionSpec
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.open_databases import open_databases_of
 from keyedstate.spark.options import KeyedProcessOptions
