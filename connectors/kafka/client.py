@@ -201,7 +201,8 @@ class KafkaClient:
             def work() -> None:
                 try:
                     sent = self.commit_sync(group_id, offsets)
-                    log.info("committed offsets of group %r: %s", group_id, fmt_offsets(sent) if sent else "(unchanged)")
+                    log.info("committed offsets of group %r: %s", group_id,
+                             fmt_offsets(sent) if sent else "(unchanged)")
                 except Exception as exc:  # noqa: BLE001 - reported to the committer, which counts and logs it
                     done(exc if not isinstance(exc, KafkaException) else KafkaRequestError(str(exc)))
                     return
