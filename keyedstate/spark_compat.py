@@ -11,34 +11,19 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import pyspark
+from pyspark.sql.streaming.state import GroupStateTimeout
 
 from keyedstate.errors import UnsupportedSparkVersionError
 
-__all__ = [
-    "PYSPARK_VERSION",
-    "current_batch_id",
-    "current_query_id",
-    "current_run_id",
-    "task_partition_id",
-    "task_attempt_number",
-    "shuffle_partitions",
-    "watermark_or_none",
-    "GROUP_STATE_TIMEOUT",
-    "STATE_DATA_SOURCE",
-    "PYTHON_DATA_SOURCE",
-    "PYTHON_STREAMING_READ_LIMITS",
-    "require_spark",
-    "check_arrow",
-    "read_state_rows",
-    "is_connect_session",
-]
+__all__ = ["PYSPARK_VERSION", "current_batch_id", "current_query_id", "current_run_id", "task_partition_id",
+           "task_attempt_number", "shuffle_partitions", "watermark_or_none", "GROUP_STATE_TIMEOUT",
+           "STATE_DATA_SOURCE", "PYTHON_STREAMING_READ_LIMITS", "require_spark", "check_arrow", "read_state_rows",
+           "is_connect_session"]
 
 PYSPARK_VERSION = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
 
 #: ``spark.read.format("statestore")`` (Spark's state data source).
 STATE_DATA_SOURCE = (4, 0)
-#: ``pyspark.sql.datasource`` (Python data sources, batch and streaming readers and writers).
-PYTHON_DATA_SOURCE = (4, 0)
 #: ``pyspark.sql.streaming.datasource`` (read limits and Trigger.AvailableNow for Python streaming readers).
 PYTHON_STREAMING_READ_LIMITS = (4, 2)
 
@@ -97,45 +82,31 @@ def is_connect_session(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def _group_state_timeout() -> Any:
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    return GroupStateTimeout
+GROUP_STATE_TIMEOUT: Any = GroupStateTimeout
 
 
-GROUP_STATE_TIMEOUT = _group_state_timeout()
+def _task_property(name: str) -> Optional[str]:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.getLocalProperty(name)
 
 
 def current_batch_id() -> Optional[int]:
     """The micro-batch id of the running task (None outside a streaming task)."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None:
-        return None
-    value = context.getLocalProperty("streaming.sql.batchId")
+    value = _task_property("streaming.sql.batchId")
     return int(value) if value not in (None, "") else None
 
 
 def current_query_id() -> Optional[str]:
     """The id of the running streaming query (stable across restarts from its checkpoint), or None."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None:
-        return None
-    return context.getLocalProperty("sql.streaming.queryId") or None
+    return _task_property("sql.streaming.queryId") or None
 
 
 def current_run_id() -> Optional[str]:
     """The id of this run of the streaming query (new at every start; Spark makes it the job group of the
     query's jobs), or None."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None:
-        return None
-    return context.getLocalProperty("spark.jobGroup.id") or None
+    return _task_property("spark.jobGroup.id") or None
 
 
 def task_partition_id() -> int:

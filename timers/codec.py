@@ -105,9 +105,6 @@ def key_group_end(key_group: int) -> bytes:
     return key_group_prefix(key_group + 1)
 
 
-# ---- key-group blobs --------------------------------------------------------------------------------------------
-
-
 _timestamp_of = itemgetter(0)
 _new_timer = partial(tuple.__new__, InternalTimer)  # InternalTimer(fields) through type.__call__ costs ~2x as much
 _prefix_of = itemgetter(1)

@@ -64,8 +64,6 @@ class ColumnTimerQueue:
         self._pending_first = b""
         self._pending_last = b""
 
-    # ---- reading the column ------------------------------------------------------------------------------------
-
     def flush_deletes(self) -> bool:
         """Delete the fired timers whose deletes were deferred from the column; whether there were any."""
         pending = self._pending
@@ -92,8 +90,6 @@ class ColumnTimerQueue:
         cache = self.cache
         i = bisect_left(cache, timer)
         return i < len(cache) and cache[i] == timer
-
-    # ---- queue operations --------------------------------------------------------------------------------------
 
     def add(self, timer: InternalTimer) -> bool:
         """Register ``timer`` (write-through); return True when it became the head. A duplicate is a no-op."""

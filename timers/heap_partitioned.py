@@ -54,8 +54,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
         self._holding = False  # the walk's last timer is held back while earlier callback timers fire
         self._cancelled: set[TimerTuple] = set()
 
-    # ---- the batch being fired -----------------------------------------------------------------------------------
-
     def _unfired_start(self) -> int:
         batch = self.batch
         start = len(batch) - self._walk.__length_hint__()  # type: ignore[arg-type, union-attr]
@@ -74,8 +72,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
             return []
         cancelled = self._cancelled
         return [timer for timer in self.batch[self._unfired_start():] if timer not in cancelled]
-
-    # ---- single timers -------------------------------------------------------------------------------------------
 
     def add(self, timer: TimerTuple) -> None:
         queue = self.queues.get(timer[3])
@@ -136,8 +132,6 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
     def remove_many(self, timers: list[TimerTuple], key_group: int) -> None:
         for timer in timers:  # each may be in a firing batch (see remove)
             self.remove(timer)
-
-    # ---- firing --------------------------------------------------------------------------------------------------
 
     def pop_due(self, limit: int) -> Optional[TimerTuple]:
         self._release_batch()

@@ -53,8 +53,6 @@ class KeyGroupPartitionedTimerQueue:
                 heappush(self._heads, head)
         return queue
 
-    # ---- single timers -----------------------------------------------------------------------------------------
-
     def add(self, timer: TimerTuple) -> None:
         """Register ``timer`` (a no-op when it is registered already)."""
         queue = self.queues.get(timer[3])
@@ -185,8 +183,6 @@ class KeyGroupPartitionedTimerQueue:
             if timer is None:
                 return
             yield timer
-
-    # ---- key groups --------------------------------------------------------------------------------------------
 
     def earliest(self, key_group: int) -> Optional[TimerTuple]:
         """The earliest timer of ``key_group``, or None."""

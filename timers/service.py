@@ -124,8 +124,6 @@ class InternalTimerService:
     def set_triggerable(self, triggerable: Triggerable) -> None:
         self.triggerable = triggerable
 
-    # ---- registration (for the current key) --------------------------------------------------------------------
-
     def _timer(self, namespace: bytes, timestamp: Any) -> tuple:
         """The current key's timer at ``timestamp`` as the queues hold it: a plain tuple (see :class:`InternalTimer`)."""
         timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
@@ -188,8 +186,6 @@ class InternalTimerService:
             self.event_queue.apply_changes(event_time, prefix, namespace, backend.key_group)
         if processing_time:
             self.processing_queue.apply_changes(processing_time, prefix, namespace, backend.key_group)
-
-    # ---- time ----------------------------------------------------------------------------------------------------
 
     def current_watermark(self) -> int:
         """The watermark: ``-2**63`` until the first advance; inside event-time callbacks already the new one."""
@@ -268,8 +264,6 @@ class InternalTimerService:
             if self.storage is TimerStorage.ROCKSDB:
                 domain.flush()  # the deferred deletes of the fired timers
         return fired
-
-    # ---- inspection --------------------------------------------------------------------------------------------
 
     def _domain(self, domain: TimeDomain) -> TimeDomainQueue:
         if domain is TimeDomain.EVENT_TIME:
@@ -350,8 +344,6 @@ class InternalTimerService:
                 f"key group {key_group} is not owned by this backend (key groups {self.backend.key_group_range.start}"
                 f"..{self.backend.key_group_range.end})"
             )
-
-    # ---- persistence ---------------------------------------------------------------------------------------------
 
     def write_to_columns(self) -> None:
         """Bring the raw columns up to date (heap: write changed key groups; RocksDB: deferred deletes of fired

@@ -49,9 +49,7 @@ def _convert(value: Any, what: str) -> int:
         raise InvalidTimestampError(
             f"{what} must be an int of epoch milliseconds, got the bool {value!r}; pass an int such as 1700000000000"
         )
-    if isinstance(value, int):
-        return int(value)
-    if _NUMPY_INTEGER and isinstance(value, _NUMPY_INTEGER):
+    if isinstance(value, int) or (_NUMPY_INTEGER and isinstance(value, _NUMPY_INTEGER)):
         return int(value)
     if isinstance(value, _dt.datetime):
         if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:

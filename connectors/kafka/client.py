@@ -16,14 +16,13 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from connectors.kafka import error_codes
 from connectors.kafka.errors import KafkaRequestError, UnknownTopicError
+from connectors.kafka.offsets import TP, fmt_offsets
 from connectors.kafka.retry import RetryBudget, call_with_retry
 from connectors.kafka.source_options import KafkaOptions
 
-__all__ = ["KafkaClient", "TP"]
+__all__ = ["KafkaClient"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.client")
-
-TP = tuple[str, int]
 
 
 class KafkaClient:
@@ -50,21 +49,16 @@ class KafkaClient:
         self._admin.poll(0)  # an admin client hands librdkafka's error events to error_cb only when polled
         return list(self._errors.texts)
 
-    # -- metadata ---------------------------------------------------------------------------------------------
-    def _topics_metadata(self) -> dict:
-        md = call_with_retry(lambda: self._admin.list_topics(timeout=self._timeout_s), self.budget,
-                             topic=self.opts.topics_description, action="fetching topic metadata")
-        return md.topics
-
     def topic_partitions(self, *, fail_on_unknown: bool = True) -> dict[str, list[int]]:
         """Current partitions of the subscribed/assigned topics (partition discovery runs through here).
 
         ``subscribe``/``assign`` naming a missing topic raises :class:`UnknownTopicError` when ``fail_on_unknown``;
         otherwise missing topics are left out.
         """
-        topics = self._topics_metadata()
+        metadata = call_with_retry(lambda: self._admin.list_topics(timeout=self._timeout_s), self.budget,
+                                   topic=self.opts.topics_description, action="fetching topic metadata")
         existing: dict[str, list[int]] = {}
-        for name, tmd in topics.items():
+        for name, tmd in metadata.topics.items():
             if tmd.error is not None and error_codes.is_unknown_topic(tmd.error):
                 continue
             existing[name] = sorted(tmd.partitions)
@@ -93,7 +87,6 @@ class KafkaClient:
                 out[t] = existing[t]
         return out
 
-    # -- offsets ----------------------------------------------------------------------------------------------
     def list_offsets(self, tps: Iterable[TP], spec: str | int) -> dict[TP, int]:
         """Offsets per partition for ``spec`` = "earliest", "latest" (the last stable offset under read_committed)
         or an epoch-millisecond timestamp (first offset with timestamp >= it, -1 if none)."""
@@ -159,7 +152,6 @@ class KafkaClient:
                 self._group_consumers[group_id] = c
             return c
 
-    # -- commits ----------------------------------------------------------------------------------------------
     def commit_sync(self, group_id: str, offsets: dict[TP, int], *, never_backwards: bool = True) -> dict[TP, int]:
         """Commit ``offsets`` (next offset to read) for ``group_id``; return what was actually sent.
 
@@ -209,7 +201,8 @@ class KafkaClient:
             def work() -> None:
                 try:
                     sent = self.commit_sync(group_id, offsets)
-                    log.info("committed offsets of group %r: %s", group_id, _fmt(sent) if sent else "(unchanged)")
+                    log.info("committed offsets of group %r: %s", group_id,
+                             fmt_offsets(sent) if sent else "(unchanged)")
                 except Exception as exc:  # noqa: BLE001 - reported to the committer, which counts and logs it
                     done(exc if not isinstance(exc, KafkaException) else KafkaRequestError(str(exc)))
                     return
@@ -223,7 +216,3 @@ class KafkaClient:
 def _describe(tps: list[TP]) -> str:
     topics = sorted({t for t, _ in tps})
     return "topic " + ", ".join(repr(t) for t in topics)
-
-
-def _fmt(offsets: dict[TP, int]) -> str:
-    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items()))

@@ -119,7 +119,6 @@ class CheckpointOffsetCommitter(CheckpointListener):
         with self._lock:
             self._pending.pop(checkpoint_id, None)
 
-    # -- state for the query listener and metrics ------------------------------------------------------------
     @property
     def in_flight(self) -> Optional[int]:
         return self._in_flight
@@ -135,7 +134,6 @@ class CheckpointOffsetCommitter(CheckpointListener):
         with self._lock:
             return self._lock.wait_for(lambda: self._in_flight is None and self._queued is None, timeout)
 
-    # -- internals -------------------------------------------------------------------------------------------
     def _start(self, checkpoint_id: int, offsets: dict[tuple[str, int], int]) -> None:
         done_once = threading.Event()
 
@@ -143,29 +141,25 @@ class CheckpointOffsetCommitter(CheckpointListener):
             if done_once.is_set():
                 return
             done_once.set()
-            self._finished(checkpoint_id, offsets, error)
+            with self._lock:
+                if error is None:
+                    self.commits_succeeded += 1
+                    self.last_committed_checkpoint = checkpoint_id
+                    self.last_committed_offsets = dict(offsets)
+                    log.debug("%s: committed offsets of checkpoint %d: %s", self._name, checkpoint_id, offsets)
+                else:
+                    self.commits_failed += 1
+                    log.warning("%s: committing offsets of checkpoint %d failed (%s); the next completed checkpoint "
+                                "will commit newer offsets. failures so far: %d", self._name, checkpoint_id, error,
+                                self.commits_failed)
+                nxt = self._queued
+                self._queued = None
+                self._in_flight = nxt[0] if nxt else None
+                self._lock.notify_all()
+            if nxt is not None:
+                self._start(*nxt)
 
         try:
             self._commit_fn(dict(offsets), done)
         except Exception as exc:  # noqa: BLE001 - a failed commit is never fatal
             done(exc)
-
-    def _finished(self, checkpoint_id: int, offsets: dict[tuple[str, int], int],
-                  error: Optional[BaseException]) -> None:
-        with self._lock:
-            if error is None:
-                self.commits_succeeded += 1
-                self.last_committed_checkpoint = checkpoint_id
-                self.last_committed_offsets = dict(offsets)
-                log.debug("%s: committed offsets of checkpoint %d: %s", self._name, checkpoint_id, offsets)
-            else:
-                self.commits_failed += 1
-                log.warning("%s: committing offsets of checkpoint %d failed (%s); the next completed checkpoint "
-                            "will commit newer offsets. failures so far: %d", self._name, checkpoint_id, error,
-                            self.commits_failed)
-            nxt = self._queued
-            self._queued = None
-            self._in_flight = nxt[0] if nxt else None
-            self._lock.notify_all()
-        if nxt is not None:
-            self._start(*nxt)

@@ -27,7 +27,7 @@ from keyedstate.redaction import redact_text, secret_values
 
 __all__ = ["kafka_error_of", "is_transient", "is_retriable_fetch_error", "is_unknown_topic", "is_partition_eof",
            "is_out_of_range", "no_progress_error", "translate", "is_fenced", "is_retriable_txn_error",
-           "txn_requires_abort", "is_purged", "rejected_configuration", "ClientErrors", "listener_hint",
+           "is_purged", "rejected_configuration", "ClientErrors", "listener_hint",
            "is_group_not_found", "is_group_in_use"]
 
 #: Errors that mean "brokers (or a leader/coordinator) are not reachable right now": retry within the budget.
@@ -173,11 +173,6 @@ def is_retriable_txn_error(exc: BaseException | KafkaError | None) -> bool:
     err = kafka_error_of(exc)
     return err is not None and not err.fatal() and not err.txn_requires_abort() and (
         err.retriable() or err.code() in _TRANSIENT)
-
-
-def txn_requires_abort(exc: BaseException | KafkaError | None) -> bool:
-    err = kafka_error_of(exc)
-    return err is not None and err.txn_requires_abort()
 
 
 def translate(exc: BaseException | KafkaError, *, brokers: str, topic: str, action: str,

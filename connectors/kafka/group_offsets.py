@@ -13,21 +13,12 @@ import logging
 from typing import Any, Mapping, Optional, Sequence
 
 from connectors.kafka.errors import KafkaConfigurationError
-from connectors.kafka.offsets import TP, fmt_offsets, offsets_of_sources, to_offset_json
-from connectors.kafka.source_options import KafkaOptions, parse_options
+from connectors.kafka.offsets import fmt_offsets, offsets_of_sources, to_offset_json
+from connectors.kafka.source_options import parse_options
 
 __all__ = ["commit_savepoint_offsets"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.group_offsets")
-
-
-def _source_offsets(opts: KafkaOptions, sources: Sequence[Optional[Mapping[str, Any]]],
-                    source_index: Optional[int]) -> dict[TP, int]:
-    found = offsets_of_sources(sources, source_index, opts.reads_topic)
-    if len(found) > 1:
-        raise KafkaConfigurationError(f"{len(found)} sources of the query read {opts.topics_description}; pass "
-                                      f"kafka_source_index= (the source's position in the query)")
-    return found[0] if found else {}
 
 
 def commit_savepoint_offsets(source_options: Mapping[str, str], sources: Sequence[Optional[Mapping[str, Any]]],
@@ -37,7 +28,11 @@ def commit_savepoint_offsets(source_options: Mapping[str, str], sources: Sequenc
     opts = parse_options(dict(source_options))
     if not opts.group_id or not opts.commit_offsets:
         return None
-    offsets = _source_offsets(opts, sources, source_index)
+    found = offsets_of_sources(sources, source_index, opts.reads_topic)
+    if len(found) > 1:
+        raise KafkaConfigurationError(f"{len(found)} sources of the query read {opts.topics_description}; pass "
+                                      f"kafka_source_index= (the source's position in the query)")
+    offsets = found[0] if found else {}
     if not offsets:
         raise KafkaConfigurationError(
             f"batch {batch_id} has no offsets of {opts.topics_description} in the query's offsets log; pass the "

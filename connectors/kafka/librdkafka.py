@@ -21,9 +21,9 @@ from typing import Optional
 
 from keyedstate.fastpath import pure_python_requested
 
-__all__ = ["LIBRARY", "Message", "Metadata", "TopicPartition", "raise_for_error", "DeliveryReportCallback", "LogCallback", "PRODUCER", "PARTITION_UA",
-           "MSG_F_COPY", "PURGE_F_QUEUE", "PURGE_F_INFLIGHT", "CONF_OK", "CONF_UNKNOWN", "ERR_QUEUE_FULL",
-           "ERR_TIMED_OUT", "error_string"]
+__all__ = ["LIBRARY", "Message", "Metadata", "TopicPartition", "raise_for_error", "DeliveryReportCallback",
+           "LogCallback", "PRODUCER", "PARTITION_UA", "MSG_F_COPY", "PURGE_F_QUEUE", "PURGE_F_INFLIGHT", "CONF_OK",
+           "CONF_UNKNOWN", "ERR_QUEUE_FULL", "error_string"]
 
 log = logging.getLogger("keyedstate.connectors.kafka.librdkafka")
 
@@ -35,7 +35,6 @@ PURGE_F_INFLIGHT = 0x2
 CONF_OK = 0  # rd_kafka_conf_res_t RD_KAFKA_CONF_OK
 CONF_UNKNOWN = -2  # RD_KAFKA_CONF_UNKNOWN: no such property
 ERR_QUEUE_FULL = -184  # RD_KAFKA_RESP_ERR__QUEUE_FULL
-ERR_TIMED_OUT = -185  # RD_KAFKA_RESP_ERR__TIMED_OUT
 
 
 class Message(Structure):

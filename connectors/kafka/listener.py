@@ -48,18 +48,13 @@ def _local_dir(checkpoint_location: str) -> str:
         "checkpoint's offsets/ and commits/ logs directly (use a local or mounted path)")
 
 
-def _batch_ids(directory: str) -> list[int]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(int(n) for n in names if n.isdigit())
-
-
 def latest_committed_batch(checkpoint_location: str) -> Optional[int]:
     """The newest batch id in the checkpoint's ``commits/`` log (None if no batch committed yet)."""
-    ids = _batch_ids(os.path.join(_local_dir(checkpoint_location), "commits"))
-    return ids[-1] if ids else None
+    try:
+        names = os.listdir(os.path.join(_local_dir(checkpoint_location), "commits"))
+    except FileNotFoundError:
+        return None
+    return max((int(n) for n in names if n.isdigit()), default=None)
 
 
 def batch_end_offsets(checkpoint_location: str, batch_id: int, opts: KafkaOptions,
@@ -126,7 +121,6 @@ class KafkaOffsetCommitListener(StreamingQueryListener):
         if self._mine(str(event.id)):
             self.commit_latest()
 
-    # -- API ------------------------------------------------------------------------------------------------
     def commit_latest(self) -> Optional[int]:
         """Commit the offsets of the newest batch in ``commits/`` (if not committed yet); return its id.
 

@@ -8,7 +8,7 @@ from typing import Mapping
 from connectors.kafka.errors import KafkaConfigurationError
 from keyedstate.redaction import REDACTED
 
-__all__ = ["bool_option", "int_option", "reject_jaas_config", "split_options"]
+__all__ = ["bool_option", "int_option", "reject_jaas_config", "retry_options", "split_options"]
 
 
 def bool_option(name: str, raw: str) -> bool:
@@ -28,6 +28,16 @@ def int_option(name: str, raw: str, minimum: int) -> int:
     if v < minimum:
         raise KafkaConfigurationError(f"option {name}={v} must be >= {minimum}")
     return v
+
+
+def retry_options(opts: Mapping[str, str]) -> dict[str, int]:
+    """The source's and the sink's ``brokerRetryTimeoutMs``, ``retryBackoffMs`` and ``requestTimeoutMs``, as keyword
+    arguments of their options classes."""
+    return {
+        "broker_retry_timeout_ms": int_option("brokerRetryTimeoutMs", opts.get("brokerretrytimeoutms", "120000"), 0),
+        "retry_backoff_ms": int_option("retryBackoffMs", opts.get("retrybackoffms", "500"), 1),
+        "request_timeout_ms": int_option("requestTimeoutMs", opts.get("requesttimeoutms", "10000"), 100),
+    }
 
 
 #: Java ``LoginModule`` class names in ``sasl.jaas.config`` -> the ``sasl.mechanism`` librdkafka needs instead.

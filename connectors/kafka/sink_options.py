@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
 from connectors.kafka.errors import KafkaConfigurationError
-from connectors.kafka.option_values import bool_option, int_option, split_options
+from connectors.kafka.option_values import bool_option, int_option, retry_options, split_options
 
 __all__ = ["EXACTLY_ONCE", "AT_LEAST_ONCE", "KafkaSinkOptions", "parse_sink_options"]
 
@@ -177,8 +177,6 @@ def parse_sink_options(options: Mapping[str, str]) -> KafkaSinkOptions:
         transactional_id_prefix=prefix,
         progress_topic=progress_topic,
         transaction_timeout_ms=timeout_ms,
-        broker_retry_timeout_ms=int_option("brokerRetryTimeoutMs", opts.get("brokerretrytimeoutms", "120000"), 0),
-        retry_backoff_ms=int_option("retryBackoffMs", opts.get("retrybackoffms", "500"), 1),
-        request_timeout_ms=int_option("requestTimeoutMs", opts.get("requesttimeoutms", "10000"), 100),
+        **retry_options(opts),
         kafka=kafka,
     )

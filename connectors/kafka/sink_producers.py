@@ -78,18 +78,15 @@ _pool: "OrderedDict[tuple, PooledProducer]" = OrderedDict()
 _lock = threading.Lock()
 
 
-def _key(opts: KafkaSinkOptions, bulk: bool) -> tuple:
-    # Everything producer_config reads for a producer without a transactional id, and which kind of producer.
-    return (bulk, opts.bootstrap_servers, opts.broker_retry_timeout_ms, tuple(sorted(opts.kafka.items())))
-
-
 def borrow(opts: KafkaSinkOptions, bulk: bool = False) -> PooledProducer:
     """The worker's idle producer for ``opts``, or a new one; the caller owns it until :func:`give_back`.
     ``bulk``: a :class:`~connectors.kafka.bulk_producer.BulkProducer` rather than confluent-kafka's ``Producer``."""
-    key = _key(opts, bulk)
+    # everything producer_config reads for a producer without a transactional id, and which kind of producer
+    key = (bulk, opts.bootstrap_servers, opts.broker_retry_timeout_ms, tuple(sorted(opts.kafka.items())))
+    now = time.monotonic()
     with _lock:
         entry = _pool.pop(key, None)
-        expired = _expire_locked(time.monotonic())
+        expired = [_pool.pop(k) for k in [k for k, e in _pool.items() if now - e.idle_since > IDLE_TIMEOUT_S]]
     for old in expired:
         close_client(old.producer)
     if entry is None:
@@ -120,11 +117,6 @@ def give_back(entry: PooledProducer) -> None:
         evicted = [_pool.popitem(last=False)[1] for _ in range(len(_pool) - MAX_POOLED)]
     for old in ([replaced] if replaced is not None else []) + evicted:
         close_client(old.producer)
-
-
-def _expire_locked(now: float) -> list[PooledProducer]:
-    stale = [k for k, e in _pool.items() if now - e.idle_since > IDLE_TIMEOUT_S]
-    return [_pool.pop(k) for k in stale]
 
 
 def close_client(client: Producer | BulkProducer | Consumer) -> None:

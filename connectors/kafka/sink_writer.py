@@ -21,7 +21,8 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, TypeVar
+from itertools import chain
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark.sql.datasource import WriterCommitMessage
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 __all__ = ["SinkTask", "KafkaSinkCommitMessage", "current_task", "write_task"]
-
-_T = TypeVar("_T")
 
 log = logging.getLogger("keyedstate.connectors.kafka.sink")
 
@@ -96,16 +95,11 @@ def write_task(opts: KafkaSinkOptions, batches: Iterator["pa.RecordBatch"], task
     first = next((b for b in batches if b.num_rows), None)
     if first is None:  # nothing to write; an earlier attempt had nothing either (same input)
         return KafkaSinkCommitMessage(task.partition_id, task.batch_id, 0)
-    rows = _chain(first, batches)
+    rows = chain((first,), batches)
     bulk = bulk_path_available() and opts.topic is not None and takes_columns(first.schema)
     if opts.exactly_once:
         return _TransactionalWrite(opts, task, bulk).run(rows)
     return _write_at_least_once(opts, task, rows, bulk)
-
-
-def _chain(first: "pa.RecordBatch", rest: Iterator["pa.RecordBatch"]) -> Iterator["pa.RecordBatch"]:
-    yield first
-    yield from rest
 
 
 def _topic_error(producer: "Producer | BulkProducer", topic: str, timeout_s: float) -> Optional[KafkaError]:
@@ -227,7 +221,8 @@ class _TransactionalWrite:
         warm_up = self._start_marker_warm_up(marker)
         try:
             try:
-                self._retry(lambda: producer.init_transactions(self.timeout_s), "writing (initialising transactions)")
+                call_with_retry(lambda: producer.init_transactions(self.timeout_s), self.budget, topic=self.where,
+                                action="writing (initialising transactions)")
             finally:
                 warm_up.join()
             written_up_to = self._read_marker(marker)
@@ -244,9 +239,6 @@ class _TransactionalWrite:
         log.info("batch %d partition %d: %d records committed in transaction %s%s", self.task.batch_id,
                  self.task.partition_id, count, self.transactional_id, " (bulk path)" if self.bulk else "")
         return KafkaSinkCommitMessage(self.task.partition_id, self.task.batch_id, count)
-
-    def _retry(self, fn: Callable[[], _T], action: str) -> _T:
-        return call_with_retry(fn, self.budget, topic=self.where, action=action)
 
     def _start_marker_warm_up(self, marker: Consumer) -> threading.Thread:
         """Connect the marker consumer to its group coordinator while ``init_transactions`` runs, and throw the

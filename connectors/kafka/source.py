@@ -75,7 +75,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict) -> None:
         type(self).__init__(self, state["opts"])
 
-    # -- driver-side helpers -----------------------------------------------------------------------------------
     @property
     def client(self) -> KafkaClient:
         if self._client is None:
@@ -126,8 +125,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self._target is not None:
                 current[tp] = begin[tp]  # AvailableNow: partitions we know stay where they are
                 continue
-            self._data_loss(f"{tp[0]}[{tp[1]}] was deleted or shrunk (topic deleted?) while the query was reading it",
-                            option_hint=True)
+            self._data_loss(f"{tp[0]}[{tp[1]}] was deleted or shrunk (topic deleted?) while the query was reading it")
         new = sorted(set(current) - set(begin))
         if new:
             log.info("new partitions discovered, reading them from earliest: %s", ", ".join(f"{t}[{p}]" for t, p in new))
@@ -137,7 +135,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lo = begin.get(tp, earliest_new.get(tp, 0))
             if hi < lo:
                 self._data_loss(f"{tp[0]}[{tp[1]}]: end offset {hi} is below the already-read offset {lo} "
-                                f"(topic recreated or truncated)", option_hint=True)
+                                f"(topic recreated or truncated)")
             sizes[tp] = max(0, hi - lo)
         end = dict(current)
         if isinstance(limit, ReadMaxRows):
@@ -170,9 +168,6 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if lo >= 0 and hi <= lo:
                 continue
             ranges.append((t, p, lo, hi))
-        return self._split(ranges)
-
-    def _split(self, ranges: list[tuple[str, int, int, int]]) -> list[InputPartition]:
         want = self.opts.min_partitions or 0
         if want <= len(ranges) or not ranges:
             return [KafkaInputPartition(*r) for r in ranges]
@@ -217,15 +212,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._committer is not None:
             self._committer.wait_idle(timeout=self.opts.request_timeout_ms / 1000)
 
-    # -- internals ----------------------------------------------------------------------------------------------
     def _latest_offsets(self) -> dict[TP, int]:
         parts = self.client.topic_partitions(fail_on_unknown=False)  # vanished partitions: see latestOffset
         tps = [(t, p) for t, ps in parts.items() for p in ps]
         return self.client.list_offsets(tps, "latest")
 
-    def _data_loss(self, message: str, option_hint: bool) -> None:
+    def _data_loss(self, message: str) -> None:
         if self.opts.fail_on_data_loss:
-            raise KafkaDataLossError(
-                f"{message} (brokers {self.opts.bootstrap_servers})"
-                + ("; set failOnDataLoss=false to skip lost data and keep running" if option_hint else ""))
+            raise KafkaDataLossError(f"{message} (brokers {self.opts.bootstrap_servers}); set failOnDataLoss=false to "
+                                     "skip lost data and keep running")
         log.warning("%s; failOnDataLoss=false, continuing", message)

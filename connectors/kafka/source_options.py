@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
 from connectors.kafka.errors import KafkaConfigurationError, MissingGroupIdError
-from connectors.kafka.option_values import bool_option, int_option, split_options
+from connectors.kafka.option_values import bool_option, int_option, retry_options, split_options
 
 __all__ = ["KafkaOptions", "StartingOffsets", "parse_options"]
 
@@ -244,9 +244,7 @@ def parse_options(options: Mapping[str, str]) -> KafkaOptions:
         group_id=group_id,
         commit_offsets=commit,
         group_offset_reset=reset,
-        broker_retry_timeout_ms=int_option("brokerRetryTimeoutMs", opts.get("brokerretrytimeoutms", "120000"), 0),
-        retry_backoff_ms=int_option("retryBackoffMs", opts.get("retrybackoffms", "500"), 1),
-        request_timeout_ms=int_option("requestTimeoutMs", opts.get("requesttimeoutms", "10000"), 100),
+        **retry_options(opts),
         max_batch_records=int_option("maxBatchRecords", opts.get("maxbatchrecords", "10000"), 1),
         kafka=kafka,
     )

@@ -102,11 +102,7 @@ def _split_records(exported: Records) -> dict[int, Records]:
     for metadata, records in exported:
         split: dict[int, list[tuple[bytes, bytes]]] = {}
         for record in records:
-            key_group = key_group_of_stored_key(record[0])
-            group = split.get(key_group)
-            if group is None:
-                group = split[key_group] = []
-            group.append(record)
+            split.setdefault(key_group_of_stored_key(record[0]), []).append(record)
         for key_group, group in split.items():
             by_group.setdefault(key_group, []).append((metadata, group))
     return by_group
