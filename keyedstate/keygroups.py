@@ -123,7 +123,6 @@ class KeyGroupRange:
         return cls(int(value[0]), int(value[1]))
 
 
-# ---- the prefix of stored keys -------------------------------------------------------------------------------------
 
 _key_group_struct = struct.Struct(">H")
 key_group_prefix: Callable[[int], bytes] = _key_group_struct.pack
@@ -136,7 +135,6 @@ def key_group_of_stored_key(stored_key: bytes) -> int:
     return _key_group_struct.unpack_from(stored_key)[0]
 
 
-# ---- harness partitions (on Spark, the shuffle places key groups) --------------------------------------------------
 
 
 def key_group_range_for_partition(partition: int, partitions: int, num_key_groups: int) -> KeyGroupRange:
@@ -160,7 +158,6 @@ def partition_for_key_group(key_group: int, partitions: int, num_key_groups: int
     return key_group * partitions // num_key_groups
 
 
-# ---- assignment: pmod(xxhash64(key columns), num_key_groups) --------------------------------------------------------
 
 SPARK_HASH_SEED = 42
 

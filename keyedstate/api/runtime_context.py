@@ -42,8 +42,6 @@ class RuntimeContext:
         self._attempt = attempt_number
         self._job_parameters = dict(job_parameters or {})
 
-    # ---- task information ----------------------------------------------------------------------------------------
-
     def get_task_name(self) -> str:
         return self._task_name
 
@@ -75,8 +73,6 @@ class RuntimeContext:
         self._index = index_of_this_subtask
         self._parallelism = number_of_parallel_subtasks
         self._attempt = attempt_number
-
-    # ---- state ---------------------------------------------------------------------------------------------------
 
     def _state(self, descriptor: StateDescriptor, expected: type, method: str) -> Any:
         if not isinstance(descriptor, expected):

@@ -80,8 +80,6 @@ class CheckpointStorage:
     def __repr__(self) -> str:
         return f"CheckpointStorage({self.location!r})"
 
-    # ---- paths ---------------------------------------------------------------------------------------------------
-
     @staticmethod
     def check_scope(scope: str) -> str:
         """``scope`` if it can name one directory of the storage (an operator's ``uid``), else ConfigurationError."""
@@ -151,8 +149,6 @@ class CheckpointStorage:
         if self._directories and "/" in relative:  # object stores have none: creating them only costs requests
             self.filesystem.create_dir(self._full(relative.rsplit("/", 1)[0]), recursive=True)
 
-    # ---- writing -------------------------------------------------------------------------------------------------
-
     def write_bytes(self, relative: str, data: bytes, name: str, shared: bool = False) -> FileEntry:
         def write() -> None:
             self._create_parent(relative)
@@ -191,8 +187,6 @@ class CheckpointStorage:
         if checksum is not None and checksum != entry.checksum:
             raise SnapshotError(f"{local_path} changed while it was uploaded to {relative}")
         return entry
-
-    # ---- reading -------------------------------------------------------------------------------------------------
 
     def read_verified(self, entry: FileEntry, where: Where) -> bytes:
         """The file's bytes after checking size and checksum; SnapshotCorruptedError names the file otherwise."""
@@ -275,8 +269,6 @@ class CheckpointStorage:
                 f"state storage {self.location} is not writable: {error}. RocksDB mode writes and deletes its state "
                 f"files there: make it writable (mount it read-write, give the credentials write and delete "
                 f"permission, create the bucket), or pass another state_storage") from error
-
-    # ---- plain file access -----------------------------------------------------------------------------------------
 
     def read_bytes(self, relative: str) -> bytes:
         """A whole file; SnapshotCorruptedError names it when it is missing or unreadable."""

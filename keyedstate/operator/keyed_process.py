@@ -122,8 +122,6 @@ class KeyedProcessOperator:
         self.elements_processed = 0
         self._opened = False
 
-    # ---- lifecycle ---------------------------------------------------------------------------------------------
-
     def open(self) -> None:
         """Call the function's ``open`` once."""
         if self._opened:
@@ -135,8 +133,6 @@ class KeyedProcessOperator:
         if self._opened:
             self._opened = False
             self._call_user("close", self.function.close, None)
-
-    # ---- elements ------------------------------------------------------------------------------------------------
 
     def process_element(self, key: Any, value: Any, timestamp: Optional[int] = None, input_index: int = 0) -> None:
         """Process one element of ``key`` from input ``input_index`` (0 or 1), as a run of one element through
@@ -202,8 +198,6 @@ class KeyedProcessOperator:
             finally:
                 timer_calls.collecting = False
 
-    # ---- time ----------------------------------------------------------------------------------------------------
-
     def advance_watermark(self, watermark: int) -> int:
         """Fire every event-time timer with ``timestamp <= watermark``; returns how many fired."""
         before = self.timers_fired
@@ -242,8 +236,6 @@ class KeyedProcessOperator:
             raise self._user_error("on_timer", what, error) from error
         finally:
             context._domain = None
-
-    # ---- helpers -------------------------------------------------------------------------------------------------
 
     def _element_method(self, input_index: int) -> str:
         if input_index not in range(len(self.element_methods)):

@@ -98,8 +98,6 @@ class GroupRuntime:
         self.single_key = len(spec.key_columns) == 1
         self._checked_queries: set[str] = set()
 
-    # ---- one call ----------------------------------------------------------------------------------------------
-
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
         self._check_restart(batch_id)

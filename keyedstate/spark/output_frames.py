@@ -49,8 +49,6 @@ class OutputLayout:
         self.output_schema = StructType(fields)
         self._arrow_types = {f.name: arrow_type_of(f.dataType) for f in self.output_schema.fields}
 
-    # ---- records -> rows ---------------------------------------------------------------------------------------
-
     def _as_tuple(self, record: Any, names: Sequence[str]) -> tuple[Any, ...]:
         if isinstance(record, dict):
             missing = [n for n in names if n not in record]

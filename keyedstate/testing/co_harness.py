@@ -50,8 +50,6 @@ class KeyedCoProcessHarness(KeyedHarnessBase):
         self._input_watermarks = [MIN_WATERMARK, MIN_WATERMARK]
         super().__init__(function, **settings)
 
-    # ---- input -----------------------------------------------------------------------------------------------------
-
     def process_element1(self, value: Any, timestamp: Optional[int] = None) -> None:
         """Process one element of the first input (``process_element1``); ``timestamp`` is its event time."""
         self._process(self._select_keys[0](value), value, timestamp, 0)
@@ -83,8 +81,6 @@ class KeyedCoProcessHarness(KeyedHarnessBase):
         watermark = to_time_bound(watermark, f"watermark of input {input_index + 1}")
         self._input_watermarks[input_index] = max(self._input_watermarks[input_index], watermark)
         return self._advance_watermark(min(self._input_watermarks))
-
-    # ---- snapshots -------------------------------------------------------------------------------------------------
 
     @classmethod
     def restore(cls, function: KeyedCoProcessFunction, key_selector1: Any, key_selector2: Any,

@@ -149,8 +149,6 @@ class KeyedHarnessBase:
         self.operator: Optional[KeyedProcessOperator] = None
         self._opened = False
 
-    # ---- setup -----------------------------------------------------------------------------------------------------
-
     def _temp_dir(self, prefix: str) -> str:
         path = tempfile.mkdtemp(prefix=prefix)
         self._temp_dirs.append(path)
@@ -205,8 +203,6 @@ class KeyedHarnessBase:
             raise KeyedStateError("the harness is not open: call harness.open() first")
         return self.operator
 
-    # ---- input -----------------------------------------------------------------------------------------------------
-
     def _process(self, key: Any, value: Any, timestamp: Optional[int], input_index: int) -> None:
         if timestamp is not None:
             timestamp = to_epoch_millis(timestamp, "element timestamp")
@@ -220,8 +216,6 @@ class KeyedHarnessBase:
         time_ms = to_epoch_millis(time_ms, "processing time")
         self._clock.set(time_ms)
         return self._operator().advance_processing_time(time_ms)
-
-    # ---- output and inspection -------------------------------------------------------------------------------------
 
     def extract_output(self, with_timestamps: bool = False) -> list[Any]:
         """Main-output records emitted since the last call, in order (``(record, timestamp)`` pairs if asked)."""
@@ -257,8 +251,6 @@ class KeyedHarnessBase:
         primitive = self.backend.get_or_create_state(descriptor)
         self.backend.set_current_key(key)
         return primitive
-
-    # ---- snapshots -------------------------------------------------------------------------------------------------
 
     def snapshot(self) -> HarnessSnapshot:
         """Snapshot state and timers (a checkpoint), as Flink does between two records.

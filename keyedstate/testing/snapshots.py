@@ -204,8 +204,6 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
     def close(self) -> None:
         shutil.rmtree(self._work, ignore_errors=True)
 
-    # ---- where the key groups' databases are (LocalCopies) -------------------------------------------------------
-
     def versions(self, key_group: int, record: Optional[VersionRecord],
                  batch_id: Optional[int]) -> tuple[KeyGroupVersions, KeyGroupVersions]:
         location = record.location if record is not None and record.location else self.storage.location
@@ -240,8 +238,6 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
 
     def release(self, copy: LocalCopy) -> None:
         pass
-
-    # ---- the current key group's database (KeyGroupDatabases) -----------------------------------------------------
 
     def open_key_group(self, path: str, record_changes: bool = True) -> None:
         """``path`` holds the key group's restored base, copied into the harness's database, or nothing."""

@@ -113,8 +113,6 @@ class KeyedStateBackend(KeyContext, ABC):
         self._pre_snapshot_hooks: list[Callable[[], None]] = []
         self._closed = False
 
-    # ---- current key (the fields and the rest of the methods: KeyContext) ---------------------------------------
-
     def set_current_key(self, key: Any) -> None:
         """Make ``key`` the key all state access refers to until the next call."""
         if key is None:
@@ -142,8 +140,6 @@ class KeyedStateBackend(KeyContext, ABC):
         except TypeError:
             self.get_current_key()
             raise
-
-    # ---- state registration ------------------------------------------------------------------------------------
 
     def get_or_create_state(self, descriptor: StateDescriptor) -> Any:
         """The state primitive for ``descriptor``; the same object for every call with an equal descriptor."""
@@ -196,8 +192,6 @@ class KeyedStateBackend(KeyContext, ABC):
             metadata.setdefault(name, restored)
         return list(metadata.values())
 
-    # ---- state schema evolution (keyedstate.state.base.evolution) --------------------------------------------------
-
     def metadata_of(self, descriptor: StateDescriptor) -> StateMetadata:
         """What entries written now through ``descriptor`` are stored as."""
         return StateMetadata.of(descriptor, self.state_incarnations.get(descriptor.name, 0))
@@ -246,8 +240,6 @@ class KeyedStateBackend(KeyContext, ABC):
     @abstractmethod
     def _create_map_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> MapStore: ...
 
-    # ---- internal columns (timers) -----------------------------------------------------------------------------
-
     def raw_column(self, name: str) -> RawColumn:
         """An internal ordered bytes map that is snapshotted and rescaled with the keyed state."""
         column = self._raw_columns.get(name)
@@ -268,8 +260,6 @@ class KeyedStateBackend(KeyContext, ABC):
         for hook in self._pre_snapshot_hooks:
             hook()
 
-    # ---- iteration, cleanup, snapshots ---------------------------------------------------------------------------
-
     @abstractmethod
     def iter_keys(self, state_name: str) -> Iterator[Any]:
         """Every key that has an entry in ``state_name`` (each once, any namespace)."""
@@ -278,7 +268,6 @@ class KeyedStateBackend(KeyContext, ABC):
     def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
         """Every (stored key, serialized entry) of a state in the shared layout, ascending by stored key."""
 
-    # ---- saving and restoring key groups (keyedstate.state.key_groups: Spark's state modes and the harness) -------
     # Row mode (format 1) moves records in the shared layout; RocksDB mode (format 2) stores recorded changes and
     # RocksDB checkpoints, which only the RocksDB backends have (keyedstate.state.rocksdb.recording).
 

@@ -114,7 +114,6 @@ def _field_name_end(text: str, start: int) -> Optional[int]:
     return None
 
 
-# ---- value conversion --------------------------------------------------------------------------------------------
 
 Convert = Callable[[Any], Any]
 
@@ -201,7 +200,6 @@ def _row_converter(old: _Node, new: _Node, info: Optional[TypeInformation]) -> C
     return convert
 
 
-# ---- entries -----------------------------------------------------------------------------------------------------
 
 
 def _value_decoder(old_value_type: _Node, descriptor: StateDescriptor) -> Callable[[bytes], Any]:

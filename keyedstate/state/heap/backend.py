@@ -60,8 +60,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         # Restored records of states not registered (yet): kept as bytes and carried into later snapshots.
         self._pending_records: dict[str, list[tuple[bytes, bytes]]] = {}
 
-    # ---- stores --------------------------------------------------------------------------------------------------
-
     def _create_value_store(self, descriptor: StateDescriptor, codec: EntryCodec) -> HeapValueStore:
         return HeapValueStore(self, write_validator(codec, self.validate_writes))
 
@@ -94,8 +92,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         if pending:
             column.put_many(pending)
         return column
-
-    # ---- records in the shared layout ----------------------------------------------------------------------------
 
     def iter_stored_records(self, state_name: str) -> Iterator[tuple[bytes, bytes]]:
         if state_name in self._pending_records:
@@ -187,8 +183,6 @@ class HeapKeyedStateBackend(KeyedStateBackend):
         self._pending_records.clear()
         self._restored_metadata.clear()
         self.clear_current_key()
-
-    # ---- keys, cleanup -------------------------------------------------------------------------------------------
 
     def iter_keys(self, state_name: str) -> Iterator[Any]:
         store = self.registered_state(state_name).store

@@ -71,8 +71,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         """The open database, which the stores bind their column families to."""
         return self._database
 
-    # ---- stores --------------------------------------------------------------------------------------------------
-
     def _create_primitive(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any) -> Any:
         if descriptor.kind is StateKind.VALUE and descriptor.ttl_config is None:
             return MemoValueState(descriptor, codec, store, self)
@@ -188,8 +186,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             if default.get(key) != value:  # unchanged metadata is not written again (nor recorded as a change)
                 default.put(key, value)
 
-    # ---- column families of states that may not be registered ----------------------------------------------------
-
     def _family_of_state(self, state_name: str) -> Any:
         self.write_pending_values()
         family = self._database.column_families.get(STATE_CF_PREFIX + state_name)
@@ -207,8 +203,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def raw_column_names(self) -> list[str]:
         return [name[len(RAW_CF_PREFIX):] for name in self._database.family_names(RAW_CF_PREFIX)]
 
-    # ---- iteration -----------------------------------------------------------------------------------------------
-
     def iter_keys(self, state_name: str) -> Iterator[Any]:
         family = self._family_of_state(state_name)
         iterator = family.iter()
@@ -225,8 +219,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
     def iter_raw_column_records(self, name: str) -> Iterator[tuple[bytes, bytes]]:
         family = self._database.column_families.get(RAW_CF_PREFIX + name)
         return iter(()) if family is None else iter(family.items())
-
-    # ---- one key group's records (see KeyedStateBackend) ----------------------------------------------------------
 
     def export_records(self) -> list[tuple[StateMetadata, list[tuple[bytes, bytes]]]]:
         metadata = {m.name: m for m in self.state_metadata()}
@@ -274,8 +266,6 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 _, end = decode_key(stored_key, end)
                 prefixes.add(stored_key[:end])
         return len(prefixes)
-
-    # ---- TTL cleanup ---------------------------------------------------------------------------------------------
 
     def _remove_expired_of(self, registered: RegisteredState, expired_before_or_at: int) -> int:
         return registered.store.remove_expired(expired_before_or_at, _CLEANUP_BATCH)

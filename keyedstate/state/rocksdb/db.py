@@ -105,8 +105,6 @@ class RocksDatabase:
             ops += [(PUT, name, key, value) for key, value in family.items()]
         return ChangeLog(ops)
 
-    # ---- open / close ----------------------------------------------------------------------------------------------
-
     def _open_with_retry(self) -> None:
         os.makedirs(self.path, exist_ok=True)
         deadline = time.monotonic() + self.settings.lock_timeout_seconds
@@ -196,8 +194,6 @@ class RocksDatabase:
     @property
     def is_open(self) -> bool:
         return self.db is not None
-
-    # ---- column families ---------------------------------------------------------------------------------------
 
     def column_family(self, name: str) -> Any:
         family = self.column_families.get(name)

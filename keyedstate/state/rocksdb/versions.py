@@ -113,8 +113,6 @@ class KeyGroupVersions:
         self.directory = f"kg-{key_group:05d}"
         self.cache = cache
 
-    # ---- restore -------------------------------------------------------------------------------------------------
-
     def restore(self, record: VersionRecord, local_path: str) -> list[ChangeLog]:
         """Download the base of ``record`` into the empty directory ``local_path``; return the changelogs to replay
         after opening it (in order). Every file is verified before it is used."""
@@ -167,8 +165,6 @@ class KeyGroupVersions:
         if data is None:
             data = self.storage.read_verified(entry, Where(f"key group {self.key_group} changelog {entry.name}"))
         return ChangeLog.decode(data, f"{entry.path} in {self.storage.location}")
-
-    # ---- writing -------------------------------------------------------------------------------------------------
 
     def write_changelog(self, record: Optional[VersionRecord], encoded: bytes, batch: int, tag: str) -> VersionRecord:
         """Store an encoded :class:`ChangeLog` as the next version."""
@@ -244,8 +240,6 @@ class KeyGroupVersions:
             logger.warning("key group %d: uploading every SST again: %s", self.key_group, error)
             return {}
         return {entry.checksum: entry for entry in manifest.files if entry.shared}
-
-    # ---- garbage collection --------------------------------------------------------------------------------------
 
     def collect_garbage(self, record: VersionRecord) -> list[str]:
         """Delete what no record that may still be read names: bases, their files and changelogs older than both the
