@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,6 +21,9 @@ from pathlib import Path
 from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from ports import port_is_free, restartable_port  # noqa: E402
+
 __all__ = ["S3ProxyServer", "s3proxy_jar", "ACCESS_KEY", "SECRET_KEY"]
 ACCESS_KEY = "keyedstate-test"
 SECRET_KEY = "keyedstate-test-secret"
@@ -30,12 +34,6 @@ def s3proxy_jar() -> Path:
     result = subprocess.run(["bash", str(ROOT / "scripts" / "s3proxy.sh"), "jar"], check=True, timeout=600,
                             capture_output=True, text=True)
     return Path(result.stdout.strip().splitlines()[-1])
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _die_with_parent() -> None:
@@ -54,7 +52,7 @@ class S3ProxyServer:
         self.jar = jar
         self.secret_key = secret_key
         self.data_dir = data_dir
-        self.port = _free_port()
+        self.port = restartable_port()
         self.process: Optional[subprocess.Popen] = None
         data_dir.mkdir(parents=True, exist_ok=True)
         self.config = data_dir.parent / f"s3proxy-{self.port}.properties"
@@ -85,6 +83,8 @@ class S3ProxyServer:
 
     def start(self, timeout: float = 60.0) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
+        if not port_is_free(self.port):  # otherwise the probe below would reach the process that holds it
+            raise RuntimeError(f"cannot start S3Proxy: another process holds its port {self.port}")
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 ["java", "-Xmx256m", "-jar", str(self.jar), "--properties", str(self.config)],

@@ -15,13 +15,15 @@ import ctypes
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: run as a script or loaded from a file
+from ports import port_is_free, restartable_port  # noqa: E402
 
 __all__ = ["KafkaCluster", "KafkaNode", "free_port"]
 
@@ -43,20 +45,8 @@ logger.state.level = ERROR
 
 
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    """A free TCP port on 127.0.0.1 that a stopped node gets back when it starts again."""
+    return restartable_port()
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -247,7 +237,7 @@ class KafkaCluster:
         self.cluster_id = _random_cluster_id()
         self.nodes: list[KafkaNode] = []
         for i in range(nodes):
-            port = first_port + i if first_port and _port_is_free(first_port + i) else free_port()
+            port = first_port + i if first_port and port_is_free(first_port + i) else free_port()
             self.nodes.append(KafkaNode(self, i + 1, port, free_port()))
         if not detached:
             atexit.register(self.stop, True)

@@ -12,7 +12,7 @@ import pytest
 
 from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction
 from keyedstate.spark import keyed_co_process, keyed_process
-from tests.spark.file_stream import write_input
+from tests.spark.file_stream import wait_until, write_input
 
 pytestmark = pytest.mark.spark
 
@@ -52,10 +52,12 @@ class SleepsPerElementOfBoth(KeyedCoProcessFunction):
 
 
 def _run(spark, tmp_path, output, name: str) -> list[str]:
-    query = (output.writeStream.format("memory").queryName(name).trigger(availableNow=True)
+    # Processing-time mode runs a batch on every trigger to poll its timers, so availableNow or processAllAvailable
+    # would never return: wait for the first batch's output instead.
+    query = (output.writeStream.format("memory").queryName(name).trigger(processingTime="200 milliseconds")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
     try:
-        query.awaitTermination(300)
+        wait_until(lambda: spark.table(name).count() >= 3, 120, "the first batch's output")
     finally:
         query.stop()
     assert sorted(row.user for row in spark.table(name).collect()) == ["a", "a", "b"]
