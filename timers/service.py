@@ -317,15 +317,29 @@ class InternalTimerService:
         self._processing.queue.replace_key_group(blob_group, processing_timers)
         return blob_group
 
-    def reload_key_group(self, key_group: int) -> None:
+    def reload_key_group(self, key_group: int, counts: Optional[tuple[int, int]] = None) -> None:
         """Forget what is cached of ``key_group``'s timers and read their heads again from the raw columns: the
-        backend's database changed under the service (RocksDB storage only; heap timers live in the queues)."""
+        backend's database changed under the service (RocksDB storage only; heap timers live in the queues).
+        ``counts``: the (event-time, processing-time) numbers of timers the database holds, when the caller knows
+        them (:meth:`counted_timers` of an earlier call), so counting them needs no scan."""
         if self.storage is not TimerStorage.ROCKSDB:
             raise ConfigurationError("reload_key_group needs RocksDB timer storage; heap timers are not re-read")
         self._check_owned(key_group)
-        for domain in (self._event, self._processing):
+        for domain, count in zip((self._event, self._processing), counts or (None, None)):
             domain.queue.forget(key_group)
-            domain.queue.queue(key_group)
+            queue = domain.queue.queue(key_group)
+            if count is not None:
+                queue.count = count
+
+    def counted_timers(self, key_group: int) -> Optional[tuple[int, int]]:
+        """The (event-time, processing-time) numbers of ``key_group``'s timers when both are known without a scan
+        (RocksDB storage: counted once, then kept up to date by every change), else None."""
+        if self.storage is not TimerStorage.ROCKSDB:
+            return None
+        event, processing = (domain.queue.queues.get(key_group) for domain in (self._event, self._processing))
+        if event is None or processing is None or event.count is None or processing.count is None:
+            return None
+        return event.count, processing.count
 
     def forget_key_group(self, key_group: int) -> None:
         """Drop the cached timers of ``key_group`` (RocksDB storage: the stored ones stay in the database)."""

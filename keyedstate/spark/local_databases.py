@@ -44,6 +44,7 @@ from typing import Optional
 
 from keyedstate.errors import StateBackendLockedError
 from keyedstate.spark.local_changelogs import CHANGELOGS_SUFFIX
+from keyedstate.state.key_groups.timer_counts import TIMER_COUNTS_SUFFIX
 from keyedstate.state.key_groups.versioned import TAG_FILE, read_tag, remove_tag, write_tag
 
 __all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "MAX_COPIES", "process_alive"]
@@ -75,6 +76,10 @@ class LocalDatabases:
         """The paths of the key group's database copies, the first one (:meth:`path`) first."""
         first = self.path(query_id, uid, key_group)
         return [first] + [f"{first}.c{number}" for number in range(1, MAX_COPIES)]
+
+    def timer_counts_path(self, query_id: str, uid: str, key_group: int) -> str:
+        """The file of the key group's timer counts (:mod:`keyedstate.state.key_groups.timer_counts`)."""
+        return self.path(query_id, uid, key_group) + TIMER_COUNTS_SUFFIX
 
     def changelogs_path(self, query_id: str, uid: str, key_group: int) -> str:
         """Where the key group's changelogs written on this machine are kept (see
@@ -219,13 +224,17 @@ class LocalDatabases:
         return removed
 
     def _sweep_changelogs(self) -> None:
-        """Remove the cached changelogs of key groups with no database left here: only a copy catches up with them.
-        (One created meanwhile by a first call loses its cache to this: it reads storage instead.)"""
-        for directory in glob.glob(os.path.join(self.root, "*", "*", "kg-*" + CHANGELOGS_SUFFIX)):
-            first = glob.escape(directory[: -len(CHANGELOGS_SUFFIX)])
-            if not glob.glob(first + ".lock") and not glob.glob(first + ".c*.lock"):
-                shutil.rmtree(directory, ignore_errors=True)
-                logger.debug("removed %s: no local state database of the key group is left", directory)
+        """Remove the cached changelogs and timer counts of key groups with no database left here: only a copy uses
+        them. (One created meanwhile by a first call loses them to this: it reads storage, or counts, instead.)"""
+        for suffix in (CHANGELOGS_SUFFIX, TIMER_COUNTS_SUFFIX):
+            for path in glob.glob(os.path.join(self.root, "*", "*", "kg-*" + suffix)):
+                first = glob.escape(path[: -len(suffix)])
+                if not glob.glob(first + ".lock") and not glob.glob(first + ".c*.lock"):
+                    if os.path.isdir(path):
+                        shutil.rmtree(path, ignore_errors=True)
+                    else:
+                        _remove_quietly(path)
+                    logger.debug("removed %s: no local state database of the key group is left", path)
 
 
 def _last_used(path: str) -> float:
@@ -273,3 +282,10 @@ def process_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

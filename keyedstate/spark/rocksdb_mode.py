@@ -111,11 +111,13 @@ class SparkLocalCopies:
         local = self.local
         local.sweep()
         copies = local.copies(self._query_id(), self.uid, key_group)
+        counts = local.timer_counts_path(self._query_id(), self.uid, key_group)
         path, kept = self.open.take_first(copies) if self.open is not None else (None, None)
         if kept is not None and path is not None:
             if local.owns(path, kept.lock):
                 intact = kept.database.settings == self.options and os.path.exists(os.path.join(path, "CURRENT"))
-                return LocalCopy(path, kept.tag, kept.lock, kept.database.path, kept.database, intact, True)
+                return LocalCopy(path, kept.tag, kept.lock, kept.database.path, kept.database, intact, True,
+                                 timer_counts=counts)
             abandon(local, path, kept.database)  # deleted under it: not ours any more
             local.release(kept.lock)
         try:
@@ -127,7 +129,7 @@ class SparkLocalCopies:
             raise
         if self.open is not None:
             self.open.use(path)
-        return LocalCopy(path, read_tag(path), lock, keepable=self.open is not None)
+        return LocalCopy(path, read_tag(path), lock, keepable=self.open is not None, timer_counts=counts)
 
     def _claim_copy(self, copies: list[str], record: Optional[VersionRecord],
                     versions: KeyGroupVersions) -> tuple[str, int]:

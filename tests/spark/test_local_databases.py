@@ -9,6 +9,7 @@ import time
 import pytest
 
 from keyedstate.errors import StateBackendLockedError
+from keyedstate.state.key_groups.timer_counts import read_timer_counts, write_timer_counts
 from keyedstate.spark.local_databases import TAG_FILE, LocalDatabases
 
 
@@ -52,7 +53,7 @@ def test_a_database_in_use_is_neither_removed_nor_opened_twice(tmp_path):
     assert os.path.exists(path)
 
 
-def test_the_cached_changelogs_of_a_key_group_go_with_its_last_database(tmp_path):
+def test_the_cached_changelogs_and_timer_counts_of_a_key_group_go_with_its_last_database(tmp_path):
     local = LocalDatabases(str(tmp_path))
     database(local, 1, 3_600)
     database(local, 2, 10)
@@ -60,9 +61,12 @@ def test_the_cached_changelogs_of_a_key_group_go_with_its_last_database(tmp_path
         os.makedirs(local.changelogs_path("query", "Count", key_group))
         with open(os.path.join(local.changelogs_path("query", "Count", key_group), "c1-t.log"), "wb") as file:
             file.write(b"changes")
+        write_timer_counts(local.timer_counts_path("query", "Count", key_group), "t", (3, 0))
     assert local.sweep(idle_seconds=900, force=True) == [local.path("query", "Count", 1)]
     assert not os.path.exists(local.changelogs_path("query", "Count", 1))
+    assert not os.path.exists(local.timer_counts_path("query", "Count", 1))
     assert os.listdir(local.changelogs_path("query", "Count", 2)) == ["c1-t.log"]  # its database may catch up
+    assert read_timer_counts(local.timer_counts_path("query", "Count", 2), "t") == (3, 0)
 
 
 def test_idle_databases_of_processes_that_are_gone_are_removed(tmp_path):

@@ -44,6 +44,7 @@ from keyedstate.state.base.kinds import ROCKSDB
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.state.key_groups.store import KeyGroupStore, committed_row
+from keyedstate.state.key_groups.timer_counts import read_timer_counts, write_timer_counts
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.recording import KeyGroupDatabases, KeyGroupSource
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
@@ -146,6 +147,7 @@ class LocalCopy:
     kept: Any = None  # the database, when it was kept open since an earlier call (detached, recording)
     intact: bool = True  # a kept database opened with the store's options, its directory still there
     keepable: bool = False  # the call may end by keeping the database open for the next
+    timer_counts: str = ""  # the key group's timer-counts file, shared by its copies (:mod:`.timer_counts`); "": none
 
 
 class LocalCopies(Protocol):
@@ -223,7 +225,9 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             if not self._attach_kept(call, call.copy, batch_id):
                 self._open_local(call, call.copy, batch_id)
             if timer_service is not None:  # None: the caller keeps the key group's timers (the harness)
-                timer_service.reload_key_group(key_group)
+                known = (0, 0) if call.record is None else read_timer_counts(call.copy.timer_counts,
+                                                                             call.record.tag)
+                timer_service.reload_key_group(key_group, known)
         except BaseException:
             call.advance(CallStatus.FAILED)
             raise
@@ -335,7 +339,9 @@ class RocksDBKeyGroupStore(KeyGroupStore):
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
         call, self.call = self.call, None
+        counts = None
         if timer_service is not None:
+            counts = timer_service.counted_timers(key_group)
             timer_service.forget_key_group(key_group)
         if call is None or call.copy is None:  # load failed before the call held a database
             return
@@ -347,6 +353,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 return
             saved = succeeded and call.status is CallStatus.SAVED
             tag = call.tag if saved else None
+            if tag is not None and counts is not None and copy.timer_counts:
+                write_timer_counts(copy.timer_counts, tag, counts)
             if tag is not None and copy.keepable:
                 self.databases.start_recording()  # a database opened empty: its whole content is stored already
                 database = self.databases.detach_key_group()
