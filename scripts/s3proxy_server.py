@@ -13,16 +13,15 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Optional
 
+from ports import port_is_free, restartable_port  # scripts/, where this module is imported from
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-from ports import port_is_free, restartable_port  # noqa: E402
 
 __all__ = ["S3ProxyServer", "s3proxy_jar", "ACCESS_KEY", "SECRET_KEY"]
 ACCESS_KEY = "keyedstate-test"

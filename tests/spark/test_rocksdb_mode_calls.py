@@ -53,18 +53,19 @@ def rocksdb_options(tmp_path) -> KeyedProcessOptions:
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
     """A worker process's group function for a RocksDB-mode query; ``reuse`` as Spark's SPARK_REUSE_WORKER, ``changes``
-    to its options (a snapshot policy)."""
+    to its options (a snapshot policy); ``function`` (default RunningCount) and ``side_schemas`` of its output."""
     created = []
 
-    def make(reuse: bool, **changes):
+    def make(reuse: bool, function=None, side_schemas=None, **changes):
         if reuse:
             monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
         else:
             monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
         spec = spec_for(tmp_path, f"calls-{len(created)}-{tmp_path.name}")
-        spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **changes))
+        spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, **changes),
+                                   layout=OutputLayout(spec.layout.main_schema, side_schemas))
         created.append(spec.runtime_id)
-        return make_group_function(spec, RunningCount())
+        return make_group_function(spec, function if function is not None else RunningCount())
 
     yield make
     for runtime_id in created:

@@ -5,7 +5,6 @@ from them, and they are used only for that version. Without Spark, real RocksDB.
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -13,15 +12,15 @@ import pytest
 from pyspark.sql.types import IntegerType, StructField, StructType
 
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
-from keyedstate.spark.group_function import _RUNTIMES, make_group_function
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.metrics import METRICS_FIELDS, METRICS_TAG
-from keyedstate.spark.output_frames import OutputLayout, side_output_column
+from keyedstate.spark.output_frames import side_output_column
 from tests.spark.test_group_function_unit import FakeGroupState
-from tests.spark.test_rocksdb_mode_calls import KEY_GROUP, spec_for
+from tests.spark.test_rocksdb_mode_calls import KEY_GROUP, worker  # noqa: F401  (the fixture)
 from timers.column_queue import ColumnTimerQueue
 
 PENDING_TIMERS = [name for name, _ in METRICS_FIELDS].index("pending_timers")
+WITH_METRICS = {METRICS_TAG: StructType([StructField("key_group", IntegerType())])}
 TIMEOUT_MS = 60_000
 
 
@@ -67,29 +66,6 @@ def scans(monkeypatch) -> list[int]:
     return counted
 
 
-@pytest.fixture
-def worker(tmp_path, monkeypatch):
-    created: list[str] = []
-
-    def make(reuse: bool):
-        if reuse:
-            monkeypatch.setenv("SPARK_REUSE_WORKER", "1")
-        else:
-            monkeypatch.delenv("SPARK_REUSE_WORKER", raising=False)
-        spec = spec_for(tmp_path, f"timer-counts-{len(created)}-{tmp_path.name}")
-        metrics = {METRICS_TAG: StructType([StructField("key_group", IntegerType())])}
-        spec = dataclasses.replace(spec, layout=OutputLayout(spec.layout.main_schema, metrics))
-        created.append(spec.runtime_id)
-        return make_group_function(spec, LatestTimer())
-
-    yield make
-    for runtime_id in created:
-        runtime = _RUNTIMES.pop(runtime_id, None)
-        copies = getattr(getattr(runtime, "store", None), "copies", None)
-        if copies is not None and copies.open is not None:
-            copies.open.close_all()
-
-
 def pending_timers(function, users: list[str], state: GroupStateAt, at_ms: int) -> int:
     """Run one call of the key group with ``users``' elements at ``at_ms``; its metrics row's pending timers."""
     frame = pd.DataFrame({"user": users, "_ms": np.full(len(users), at_ms, dtype="int64"), "_kg": KEY_GROUP})
@@ -104,7 +80,7 @@ USERS = [f"u{i:03d}" for i in range(300)]  # more timers than the queue caches (
 
 @pytest.mark.parametrize("reuse", [True, False], ids=["database-kept-open", "database-closed-between-calls"])
 def test_only_the_first_call_reads_every_timer_and_the_count_stays_exact(worker, scans, reuse):
-    function, state = worker(reuse=reuse), GroupStateAt()
+    function, state = worker(reuse=reuse, function=LatestTimer(), side_schemas=WITH_METRICS), GroupStateAt()
     assert pending_timers(function, USERS, state, at_ms=1_000) == 300
     assert scans == []  # a key group without a committed version starts from zero timers
     assert pending_timers(function, USERS[:50] + ["new-1", "new-2"], state, at_ms=2_000) == 302
@@ -117,7 +93,7 @@ def test_only_the_first_call_reads_every_timer_and_the_count_stays_exact(worker,
 def test_a_copy_restored_elsewhere_counts_once_then_reads_no_more(worker, scans, tmp_path):
     import shutil
 
-    function, state = worker(reuse=False), GroupStateAt()
+    function, state = worker(reuse=False, function=LatestTimer(), side_schemas=WITH_METRICS), GroupStateAt()
     pending_timers(function, USERS, state, at_ms=1_000)
     shutil.rmtree(tmp_path / "local")  # a new executor: the database is rebuilt from storage, no counts beside it
     assert pending_timers(function, USERS[:10], state, at_ms=2_000) == 300
@@ -127,7 +103,7 @@ def test_a_copy_restored_elsewhere_counts_once_then_reads_no_more(worker, scans,
 
 
 def test_the_counts_of_an_attempt_spark_did_not_commit_are_not_used(worker, scans):
-    function, state = worker(reuse=False), GroupStateAt()
+    function, state = worker(reuse=False, function=LatestTimer(), side_schemas=WITH_METRICS), GroupStateAt()
     pending_timers(function, USERS, state, at_ms=1_000)
     committed = copy.deepcopy(state)
     assert pending_timers(function, ["new-1", "new-2"], state, at_ms=2_000) == 302  # its counts are left behind
