@@ -86,16 +86,15 @@ PROGRESS_METRICS: tuple[tuple[str, str, str], ...] = (
 """What ``lastProgress["observedMetrics"][metrics_name(uid)]`` holds, in this order."""
 
 
-_PARTS_COLUMN = "keyedstate_metric_parts"  # the split metrics column, only between the split and the observation
+def _summary_sql(kind: str, field: str, metrics_column: str) -> str:
+    """The SQL aggregate summarising field ``field`` of the batch's metrics rows (encoded in ``metrics_column``) as
+    ``kind``.
 
-
-def _summary_sql(kind: str, field: str) -> str:
-    """The SQL aggregate summarising field ``field`` of the batch's metrics rows as ``kind``.
-
-    Written as SQL, one plain aggregate per metric over the split column: a streaming query plans its observation
-    again in every micro-batch, and higher-order functions or a Column built in a few hundred Py4J calls made
-    that cost a third of a second per query start (bench/test_progress_metrics_bench.py)."""
-    value = _field_sql(f"`{_PARTS_COLUMN}`", field)
+    Written as SQL, one plain aggregate per metric: a streaming query plans its observation again in every
+    micro-batch, and higher-order functions or a Column built in a few hundred Py4J calls made that cost a third of
+    a second per query start (bench/test_progress_metrics_bench.py). Each aggregate splits the encoded row itself,
+    which costs nothing on the output rows (their column is null) and spares every output row a projection."""
+    value = _field_sql(f"split(`{metrics_column}`, ',')", field)
     if kind == "sum":
         return f"coalesce(sum({value}), 0L)"  # a batch without calls reports 0, not null
     if kind == "millis":
@@ -141,10 +140,8 @@ def observe_metrics(output: Any, metrics_column: str, tag_column: str, name: str
     ``keep_columns``: what it would have without metrics."""
     from pyspark.sql import functions as F
 
-    columns = output.columns
-    split = output.withColumn(_PARTS_COLUMN, F.split(F.col(metrics_column), ","))
-    observed = split.observe(name, *[F.expr(_summary_sql(kind, field)).alias(metric)
-                                     for metric, kind, field in PROGRESS_METRICS]).select(*columns)
+    observed = output.observe(name, *[F.expr(_summary_sql(kind, field, metrics_column)).alias(metric)
+                                      for metric, kind, field in PROGRESS_METRICS])
     if keep_rows:
         return observed.withColumn(metrics_column, metrics_struct(metrics_column))
     tag = F.col(tag_column)

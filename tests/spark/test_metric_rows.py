@@ -35,6 +35,23 @@ def test_main_records_keep_their_dtypes_and_the_metric_rows_follow():
     assert layout.to_frames([], {}, "here") == []
 
 
+def test_the_metric_rows_placeholders_keep_every_main_dtype():
+    """Whatever dtypes a call's main records have, the metric rows' placeholders have the same, so PySpark's
+    concatenation of the call's frames keeps each column's dtype."""
+    from keyedstate.spark.output_frames import _placeholders
+
+    main = pd.DataFrame({
+        "n": pd.Series([1], dtype="int32"), "x": [1.5], "ok": [True], "at": [pd.Timestamp("2026-01-01")],
+        "at_utc": [pd.Timestamp("2026-01-01", tz="UTC")], "took": [pd.Timedelta(seconds=1)], "name": ["a"],
+        "label": pd.Series(["b"], dtype="string"), "maybe": pd.Series([2], dtype="Int64"),
+    })
+    for name in main.columns:
+        placeholders = _placeholders(main[name], 2)
+        assert len(placeholders) == 2
+        assert pd.concat([main[name], pd.Series(placeholders)], ignore_index=True).dtype == main[name].dtype, name
+    assert main["name"].dtype == object and list(_placeholders(main["name"], 2)) == [None, None]
+
+
 def test_an_undeclared_side_output_is_named_as_without_metrics():
     layout = OutputLayout(MAIN, {METRICS_TAG: METRICS})
     with pytest.raises(InvalidOutputError, match="sent records to side output.s. late, but keyed_process was not "
