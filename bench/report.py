@@ -135,11 +135,19 @@ def targets(run: dict) -> list[dict]:
     metrics = metrics_cost(run)
     cost = metrics and metrics.get("median_cost")
     out.append(_ratio_target("33", "keyed_process with progress metrics vs without (speed), 2M events in one batch: "
-                             "metrics cost at most 3% (CPU)", None if cost is None else 1 / (1 + cost), 0.971,
-                             WHY["metrics"], cost is not None and f"CPU cost {cost:+.1%}, wall "
-                             f"{metrics['median_wall_cost']:+.1%}; medians of interleaved rounds",
+                             "metrics cost at most 3% (CPU without the JIT compiler)",
+                             None if cost is None else 1 / (1 + cost), 0.971, WHY["metrics"],
+                             cost is not None and _metrics_cost_note(metrics),
                              "metrics on / off"))
     return out + LS.targets(run["spark"])
+
+
+def _metrics_cost_note(metrics: dict) -> str:
+    if "median_cpu_cost" not in metrics:  # a run from before the JIT compiler's time was read apart
+        return (f"CPU cost {metrics['median_cost']:+.1%}, wall {metrics['median_wall_cost']:+.1%}; medians of "
+                "interleaved rounds")
+    return (f"CPU cost without the JIT compiler {metrics['median_cost']:+.1%}, with it "
+            f"{metrics['median_cpu_cost']:+.1%}, wall {metrics['median_wall_cost']:+.1%}; medians of interleaved rounds")
 
 
 def plot_targets(rows: list[dict], path: Path) -> bool:

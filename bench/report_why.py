@@ -49,6 +49,7 @@ WHY = {
                "gRPC round trip per state access of a key outside its Python state cache.",
     "metrics": "Each key-group call measures clocks and counters and emits one encoded metrics row, and every "
                "output row carries the (null) metrics and tag columns through Arrow and past the observe and filter "
-               "in Spark. Single rounds vary by several percent either way on 2 shared cores, so a median of few "
-               "rounds can land on either side of the target.",
+               "in Spark. In a one-batch query the JVM also compiles those paths (about 0.3 s of CPU in the first "
+               "rounds), which a running query does once. Single rounds vary by several percent either way on 2 "
+               "shared cores, so a median of few rounds can land on either side of the target.",
 }

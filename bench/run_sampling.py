@@ -68,6 +68,38 @@ def process_tree_cpu_seconds(root: int | None = None) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+JIT_COMPILER_THREAD_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
+"""How HotSpot names its JIT compiler threads in /proc (a thread's name is cut to 15 characters there)."""
+
+
+def jit_compiler_cpu_seconds(root: int | None = None) -> float:
+    """CPU seconds (user + system) spent so far by the JIT compiler threads of the JVMs below ``root`` (default:
+    this process). Exact only for a JVM that keeps its compiler threads (``-XX:-UseDynamicNumberOfCompilerThreads``):
+    HotSpot otherwise starts and ends them as its queue grows and shrinks, and an ended thread's time leaves this
+    sum while it stays in the process's."""
+    root = os.getpid() if root is None else root
+    ticks = 0
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/comm") as comm:
+                if comm.read().strip() != "java":
+                    continue
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for thread in threads:
+            try:
+                with open(f"/proc/{pid}/task/{thread}/comm") as comm:
+                    if not comm.read().startswith(JIT_COMPILER_THREAD_PREFIXES):
+                        continue
+                with open(f"/proc/{pid}/task/{thread}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks += sum(int(value) for value in fields[11:13])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 class WorkerMemory:
     """Peak resident memory (VmHWM) of this process's Spark Python workers, sampled every second in the background
     so a worker that exits mid-run (Spark reaps idle workers after a minute) still counts."""

@@ -99,12 +99,13 @@ def bench_spark_conf() -> dict[str, str]:
     return conf
 
 
-def spark_session(warehouse: Path):
+def spark_session(warehouse: Path, extra_conf: Optional[dict[str, str]] = None):
+    """The bench's local[2] session with :func:`bench_spark_conf`, plus ``extra_conf`` (one suite's own needs)."""
     prepare_environment()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master("local[2]").appName("keyedstate-spark-bench")
-    for key, value in bench_spark_conf().items():
+    for key, value in {**bench_spark_conf(), **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     builder = builder.config("spark.sql.warehouse.dir", str(warehouse))
     session = builder.getOrCreate()
