@@ -67,12 +67,13 @@ def test_stop_with_savepoint_commits_the_groups_offsets_and_the_new_query_writes
     except BaseException:
         first.stop()
         raise
-    lagging = committed_offsets(bs, group, source, 2)
     savepoint = stop_with_savepoint(first, str(tmp_path / "savepoint"), kafka_source_options=source_options,
                                     state_backend="rocksdb", num_key_groups=8, state_storage=str(tmp_path / "storage"))
     end = {int(p): o for p, o in savepoint.source_offsets[0][source].items()}
     assert sum(end.values()) == 100
-    assert sum(lagging.values()) < 100  # the source commits a batch's offsets when the next one starts
+    # Whether the group had the last batch's offsets before the savepoint depends on timing (the source commits a
+    # batch's offsets asynchronously, once Spark commits the batch, and a no-data batch after the last one may or
+    # may not have run): the savepoint's own record of its commit is what says it committed them.
     assert committed_offsets(bs, group, source, 2) == end
     [commit] = savepoint.kafka_group_commits
     assert (commit["group_id"], commit["batch_id"]) == (group, savepoint.batch_id)
