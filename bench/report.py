@@ -147,7 +147,8 @@ def _metrics_cost_note(metrics: dict) -> str:
         return (f"CPU cost {metrics['median_cost']:+.1%}, wall {metrics['median_wall_cost']:+.1%}; medians of "
                 "interleaved rounds")
     return (f"CPU cost without the JIT compiler {metrics['median_cost']:+.1%}, with it "
-            f"{metrics['median_cpu_cost']:+.1%}, wall {metrics['median_wall_cost']:+.1%}; medians of interleaved rounds")
+            f"{metrics['median_cpu_cost']:+.1%}, wall {metrics['median_wall_cost']:+.1%}; medians of interleaved "
+            "rounds")
 
 
 def plot_targets(rows: list[dict], path: Path) -> bool:

@@ -183,11 +183,14 @@ def metrics_section(run: dict) -> list[str]:
     info = metrics_cost(run)
     if not info or not info.get("cpu_cost_per_round"):
         return title + ["Not measured in this run.", ""]
+    if "work_cost_per_round" not in info:  # results of the suite from before it read the JIT compiler's time apart
+        return title + [f"Measured by an earlier version of this suite, on the total CPU: median cost "
+                        f"{info['median_cost']:+.1%} CPU, {info['median_wall_cost']:+.1%} wall.", ""]
     lines = title + [
         f"`bench/test_progress_metrics_bench.py`: count-with-timeout over {info['events']:,} events and "
         f"{info['keys']:,} keys in ONE micro-batch (Trigger.AvailableNow; the no-data batch after it fires the timers "
         "and emits one output per key), run with `progress_metrics=True` (the default) and `False`, alternating "
-        f"which goes first, {info['rounds']} rounds after {info.get('warmup_rounds', 1)} warm-up round(s) (load "
+        f"which goes first, {info['rounds']} rounds after {info['warmup_rounds']} warm-up rounds (load "
         f"{_load({'extra_info': info})}). **CPU s** is what the run's processes spent (the driver, Spark's JVM and "
         "its Python workers, from /proc): other processes on the machine barely move it. **JIT s** is the part of it "
         "spent by the JVM's JIT compiler threads, and the target is judged on the CPU without it (**work s**): each "
@@ -195,17 +198,6 @@ def metrics_section(run: dict) -> list[str]:
         "paths (the observation, the filter after it) are compiled once per JVM, not per batch of a running query. "
         "**Wall s** is query start to stop. Each cost is the median of the per-round differences; the target is at "
         f"most {info['target']:.0%}.", ""]
-    if "work_cost_per_round" not in info:  # a run from before the JIT compiler's time was read apart
-        lines += ["| round | CPU s on | CPU s off | CPU cost | wall s on | wall s off | wall cost |",
-                  "|---:|---:|---:|---:|---:|---:|---:|"]
-        for index, row in enumerate(zip(info["cpu_s_metrics_on"], info["cpu_s_metrics_off"],
-                                        info["cpu_cost_per_round"], info["wall_s_metrics_on"],
-                                        info["wall_s_metrics_off"], info["wall_cost_per_round"]), 1):
-            cpu_on, cpu_off, cpu_cost, wall_on, wall_off, wall_cost = row
-            lines.append(f"| {index} | {cpu_on:.2f} | {cpu_off:.2f} | {cpu_cost:+.1%} | {wall_on:.2f} | "
-                         f"{wall_off:.2f} | {wall_cost:+.1%} |")
-        return lines + ["", f"Median cost: **{info['median_cost']:+.1%} CPU** (target <= {info['target']:.0%}), "
-                        f"{info['median_wall_cost']:+.1%} wall.", ""]
     lines += ["| round | work s on | work s off | work cost | JIT s on | JIT s off | CPU cost | wall s on | "
               "wall s off | wall cost |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for index, row in enumerate(zip(info["work_s_metrics_on"], info["work_s_metrics_off"], info["work_cost_per_round"],

@@ -11,8 +11,8 @@ metrics add paths of their own (the observation, the filter after it), so a one-
 more: about 0.3 s per round, two thirds of the whole difference, while the work itself differs by less than the
 noise. A running query compiles those paths once, in its first batches. The total CPU, the JIT's share and the wall
 time are reported beside the target; on 2 shared cores single rounds' wall times swing by 20% either way. The JVM
-keeps a fixed set of compiler threads (``-XX:-UseDynamicNumberOfCompilerThreads``) so that their time can be read per thread. The
-results (medians of the per-round ratios) are printed and kept in the benchmark's ``extra_info``.
+keeps a fixed set of compiler threads (``-XX:-UseDynamicNumberOfCompilerThreads``) so that their time can be read
+per thread. The results (medians of the per-round ratios) are printed and kept in the benchmark's ``extra_info``.
 
     PYSPARK_PYTHON=$PWD/.venv/bin/python PYTHONPATH=$PWD \\
         .venv/bin/python -m pytest bench/test_progress_metrics_bench.py --benchmark-only -s
