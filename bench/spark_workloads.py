@@ -231,6 +231,7 @@ def keyed_process_rocksdb_query(source, num_key_groups: int = NUM_BUCKETS):
 
     from keyedstate.spark import keyed_process
 
+    CACHE.mkdir(parents=True, exist_ok=True)  # a fresh clone's first query may come before any input is written
     storage = tempfile.mkdtemp(prefix="state-storage-", dir=CACHE)
     return keyed_process(source, ["key"], CountWithTimeout(), OUTPUT_SCHEMA, event_time_column="ts",
                          num_key_groups=num_key_groups, state_backend="rocksdb", state_storage=storage)
