@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import report_history  # noqa: E402
 import report_large_state as LS  # noqa: E402
+import report_latency as LT  # noqa: E402
 import report_savepoint as SP  # noqa: E402
 import report_spark as S  # noqa: E402
 from report_sections import (find_bench as _bench, harness_section, kafka_section, metrics_cost,  # noqa: E402
@@ -139,7 +140,7 @@ def targets(run: dict) -> list[dict]:
                              None if cost is None else 1 / (1 + cost), 0.971, WHY["metrics"],
                              cost is not None and _metrics_cost_note(metrics),
                              "metrics on / off"))
-    return out + LS.targets(run["spark"])
+    return out + LS.targets(run["spark"]) + LT.targets(run)
 
 
 def _metrics_cost_note(metrics: dict) -> str:
@@ -257,19 +258,22 @@ def write_report(results: Path, report_dir: Path) -> list[Path]:
     report_dir.mkdir(parents=True, exist_ok=True)
     rows = targets(run)
     targets_png, scaling_png = report_dir / "targets.png", report_dir / "spark_scaling.png"
-    large_state_png = report_dir / "large_state.png"
+    large_state_png, latency_png = report_dir / "large_state.png", report_dir / "latency.png"
     has_targets_plot = plot_targets(rows, targets_png)
     has_scaling_plot = S.plot_scaling(S.count_rounds(run["spark"]), scaling_png)
     has_large_state_plot = LS.plot(run["spark"], large_state_png)
+    has_latency_plot = LT.plot_latency(run, latency_png)
     history = report_history.section(rows, results, REPO_ROOT, run["meta"].get("started_utc"),
                                      lambda directory: targets(load_run(directory)))
     lines = (_header(run) + _targets_section(rows, has_targets_plot) + history + state_section(run) + timers_section(run)
              + harness_section(run) + kafka_section(run) + _spark_section(run, has_scaling_plot) + metrics_section(run)
-             + LS.section(run["spark"], has_large_state_plot) + SP.section(run["spark"]))
+             + LS.section(run["spark"], has_large_state_plot) + SP.section(run["spark"])
+             + LT.section(run, has_latency_plot))
     out = report_dir / "RESULTS.md"
     out.write_text("\n".join(lines).rstrip() + "\n")
     return [out] + [p for p, made in ((targets_png, has_targets_plot), (scaling_png, has_scaling_plot),
-                                      (large_state_png, has_large_state_plot)) if made]
+                                      (large_state_png, has_large_state_plot),
+                                      (latency_png, has_latency_plot)) if made]
 
 
 def main(argv: list[str] | None = None) -> int:

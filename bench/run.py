@@ -14,6 +14,7 @@ Profiles (environment variables the user already set win over the profile):
            projected from smoke runs, plus ~5 estimated for the checkpoint inspector at 200k and 4M keys) at 200k,
            1M and 4M keys, tws at 200k only (filling 4M keys through tws takes
            about an hour; its per-batch cost does not grow with state, so 200k stands in and the report says so).
+           Latency (~16 min): Kafka to Kafka through keyed_process and the floor, at 1,000 and 10,000 events/s.
   full     the complete matrix (adds per_key and PyFlink at 2M, tws at 1M and 4M keys of large state: ~4 h).
   smoke    tiny sizes everywhere, a few minutes; checks the pipeline, the numbers mean nothing.
 """
@@ -47,6 +48,7 @@ SUITES = {
     "metrics": ("bench/test_progress_metrics_bench.py", 4),
     "large_state": ("bench/test_large_state_bench.py", 27),  # 22 + ~5 for the checkpoint inspector (estimated)
     "savepoint": ("bench/test_savepoint_bench.py", 8),
+    "latency": ("bench/test_latency_bench.py", 16),
 }
 
 PROFILES = {
@@ -78,6 +80,10 @@ PROFILES = {
         "LARGE_STATE_BENCH_BATCHES": "3",
         "LARGE_STATE_BENCH_ROCKSDB_BATCHES": "3",
         "SAVEPOINT_BENCH_SIZES": "smoke",
+        "LATENCY_BENCH_RATES": "200,1000",
+        "LATENCY_BENCH_SECONDS": "4",
+        "LATENCY_BENCH_WARMUP_SECONDS": "2",
+        "LATENCY_BENCH_ROUNDS": "1",
     },
 }
 # the knobs recorded in meta.json so the report can state exactly what ran
@@ -85,13 +91,14 @@ KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANT
                                                              "SPARK_BENCH_2M_INTERLEAVED_ROUNDS",
                                                              "SPARK_BENCH_HEAVY", "LARGE_STATE_BENCH_VARIANTS",
                                                              "LARGE_STATE_BENCH_ROUNDS", "LARGE_STATE_BENCH_INSPECT",
-                                                             "LARGE_STATE_BENCH_INSPECT_SIZES"})
+                                                             "LARGE_STATE_BENCH_INSPECT_SIZES", "LATENCY_BENCH_RATES",
+                                                             "LATENCY_BENCH_SECONDS", "LATENCY_BENCH_ROUNDS"})
 
 
 # Lines of a suite's output worth echoing as progress: test ids and outcomes (-v), the suites' own one-line results.
 PROGRESS_PREFIXES = ("bench/", "PASSED", "FAILED", "SKIPPED", "ERROR", "[spark-bench]", "ratios to raw",
                      "heap timer service:", "rocksdb timer storage:", "heap timer storage:", "keyedstate-kafka",
-                     "round ", "=====", "[large-state]", "[savepoint]")
+                     "round ", "=====", "[large-state]", "[savepoint]", "latency ")
 
 
 def _log(message: str) -> None:
