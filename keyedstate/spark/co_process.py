@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
-import pandas as pd
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import BooleanType, DataType, IntegralType, StructType, TimestampType
 
 from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.errors import ConfigurationError
-from keyedstate.spark.group_elements import column_values, rows_builder
+from keyedstate.spark.group_elements import ElementColumns, column_values, rows_builder
 from keyedstate.spark.options import EVENT_TIME, KeyedProcessOptions
 from keyedstate.spark.process import (
     EVENT_TIME_MS_COLUMN,
@@ -64,12 +63,12 @@ class TwoInputColumns:
     frame_columns: tuple[tuple[str, ...], tuple[str, ...]]
     field_names: tuple[tuple[str, ...], tuple[str, ...]]
 
-    def values_builder(self) -> Callable[[pd.DataFrame, np.ndarray], tuple[list[Any], list[int]]]:
-        """``(batch, order) -> (records, input indexes)`` in ``order``; runs on the workers."""
+    def values_builder(self) -> Callable[[ElementColumns, np.ndarray], tuple[list[Any], list[int]]]:
+        """``(columns, order) -> (records, input indexes)`` in ``order``; runs on the workers."""
         builders = [rows_builder(names) for names in self.field_names]
 
-        def build(batch: pd.DataFrame, order: np.ndarray) -> tuple[list[Any], list[int]]:
-            inputs = batch[self.input_column].to_numpy()[order]
+        def build(batch: ElementColumns, order: np.ndarray) -> tuple[list[Any], list[int]]:
+            inputs = np.asarray(batch[self.input_column])[order]
             values: list[Any] = [None] * len(order)
             for index, (build_rows, columns) in enumerate(zip(builders, self.frame_columns)):
                 positions = np.flatnonzero(inputs == index)

@@ -9,7 +9,7 @@ with ``tuple.__new__`` over zipped columns, costs ~0.1 us and is still a ``Row``
 names), equality with tuples and other Rows, ``repr`` (``Row(user='a', ...)``) and pickling (to a plain ``Row``).
 
 Timestamp columns: Spark hands pandas tz-naive ``datetime64[ns]`` columns, or (value columns of ``keyed_process``,
-see :mod:`keyedstate.spark.timestamps`) int64 microseconds that :func:`decode_micros_columns` turns into
+see :mod:`keyedstate.spark.timestamps`) int64 microseconds that :class:`ElementColumns` reads as
 ``datetime64[us]``; they become ``datetime.datetime`` s (what ``DataFrame.collect()`` Rows hold, and microsecond
 precision like Spark's TIMESTAMP), nulls become ``None``.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import partial
 from operator import itemgetter
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
@@ -27,7 +27,10 @@ from pyspark.sql import Row
 from keyedstate.fastpath import fastpath
 
 __all__ = ["row_factory", "rows_builder", "column_values", "key_codes", "group_order", "first_null",
-           "decode_micros_columns"]
+           "ElementColumns", "Column"]
+
+#: A column of a call's elements: the batch's Series, or the decoded array of a microseconds column.
+Column = Union[pd.Series, np.ndarray]
 
 
 def row_factory(names: Sequence[str]) -> Callable[[tuple[Any, ...]], Row]:
@@ -56,32 +59,47 @@ def _row_type(names: Sequence[str]) -> type:
     return type("Row", (Row,), namespace)
 
 
-def column_values(series: pd.Series, order: np.ndarray) -> list[Any]:
-    """``series`` reordered by ``order`` as Python objects (what ``Series.tolist`` gives, but cheaper)."""
-    dtype = series.dtype
+def column_values(column: Column, order: np.ndarray) -> list[Any]:
+    """``column`` reordered by ``order`` as Python objects (what ``Series.tolist`` gives, but cheaper)."""
+    dtype = column.dtype
     if isinstance(dtype, np.dtype):
-        array = series.to_numpy()
+        array = column if isinstance(column, np.ndarray) else column.to_numpy()
         if dtype.kind == "M":
             # numpy builds datetime.datetime for [us] units in C; NaT becomes None
             return array[order].astype("datetime64[us]").tolist()
         if dtype.kind in "biufO":
             return array[order].tolist()
-    return series.take(order).tolist()
+    return column.take(order).tolist()
 
 
-def decode_micros_columns(batch: pd.DataFrame, columns: Sequence[str]) -> None:
-    """Turn ``batch``'s int64 wall-clock microsecond ``columns`` into ``datetime64[us]`` in place: the unit covers
-    years 1-9999, and the encoding's null (int64's minimum) is numpy's NaT."""
-    for column in columns:
-        batch[column] = batch[column].to_numpy().astype("int64", copy=False).view("datetime64[us]")
+class ElementColumns:
+    """The columns of a call's elements by name: ``batch``'s, except that its int64 wall-clock microsecond
+    ``micros_columns`` read as ``datetime64[us]`` arrays (the unit covers years 1-9999, and the encoding's null,
+    int64's minimum, is numpy's NaT). The batch itself is left as it is: assigning a column of a DataFrame costs
+    more than the rest of a small call's bookkeeping."""
+
+    __slots__ = ("batch", "_decoded")
+
+    def __init__(self, batch: pd.DataFrame, micros_columns: Sequence[str]) -> None:
+        self.batch = batch
+        self._decoded = {name: batch[name].to_numpy().astype("int64", copy=False).view("datetime64[us]")
+                         for name in micros_columns}
+
+    def __getitem__(self, name: str) -> Column:
+        decoded = self._decoded.get(name)
+        return self.batch[name] if decoded is None else decoded
+
+    def values_at(self, position: int, names: Sequence[str]) -> dict[str, Any]:
+        """The values of the element at ``position`` in ``names`` (for error messages)."""
+        return {name: column_values(self[name], np.array([position]))[0] for name in names}
 
 
-def _codes(series: pd.Series) -> np.ndarray:
-    values = series.to_numpy() if isinstance(series.dtype, np.dtype) else series
+def _codes(column: Column) -> np.ndarray:
+    values = column.to_numpy() if isinstance(column, pd.Series) and isinstance(column.dtype, np.dtype) else column
     return pd.factorize(values)[0]
 
 
-def key_codes(key_series: Sequence[pd.Series]) -> tuple[list[np.ndarray], Optional[int]]:
+def key_codes(key_series: Sequence[Column]) -> tuple[list[np.ndarray], Optional[int]]:
     """One integer code per element and key column (equal codes = pandas-equal keys), and the position of the first
     element with a null key (or None)."""
     codes = [_codes(series) for series in key_series]
@@ -111,10 +129,13 @@ def group_order(codes: Sequence[np.ndarray], times: Optional[np.ndarray]) -> tup
     return order, np.flatnonzero(change).tolist()
 
 
-def first_null(series: pd.Series) -> Optional[int]:
-    """The position of the first null of ``series``, or None."""
-    dtype = series.dtype
+def first_null(column: Column) -> Optional[int]:
+    """The position of the first null of ``column``, or None."""
+    dtype = column.dtype
     if isinstance(dtype, np.dtype) and dtype.kind in "iub":
         return None  # numpy ints and bools cannot hold nulls
-    nulls = pd.isna(series.to_numpy()) if isinstance(dtype, np.dtype) else series.isna().to_numpy()
+    if isinstance(column, np.ndarray):
+        nulls = pd.isna(column)
+    else:
+        nulls = pd.isna(column.to_numpy()) if isinstance(dtype, np.dtype) else column.isna().to_numpy()
     return int(nulls.argmax()) if nulls.any() else None

@@ -28,8 +28,8 @@ from keyedstate.operator.keyed_process import KeyedProcessOperator
 from keyedstate.operator.output_buffer import OutputBuffer
 from keyedstate.serialization import encode_key, encode_keys_with_prefix
 from keyedstate.spark.group_elements import (
+    ElementColumns,
     column_values,
-    decode_micros_columns,
     first_null,
     group_order,
     key_codes,
@@ -258,12 +258,12 @@ class GroupRuntime:
         """Run the function over ``batch`` (the key group's elements), key by key, each key's elements in event-time
         order; ``where`` locates the call in errors."""
         spec = self.spec
-        decode_micros_columns(batch, spec.micros_columns)
+        columns = ElementColumns(batch, spec.micros_columns)
         key_columns = list(spec.key_columns)
-        key_series = [batch[c] for c in key_columns]
+        key_series = [columns[c] for c in key_columns]
         codes, null = key_codes(key_series)
         if null is not None:
-            row = batch.loc[batch.index[null], key_columns].to_dict()
+            row = columns.values_at(null, key_columns)
             raise NullKeyError(
                 f"an element has a null key ({row}); keyed state needs non-null keys. Filter out or fill null "
                 f"keys before {self.call_name}"
@@ -271,15 +271,15 @@ class GroupRuntime:
         time_column = spec.event_time_ms_column
         times: Optional[np.ndarray] = None
         if time_column is not None:
-            time_series = batch[time_column]
+            time_series = columns[time_column]
             null = first_null(time_series)
             if null is not None:
-                row = batch.loc[batch.index[null], key_columns].to_dict()
+                row = columns.values_at(null, key_columns)
                 raise ConfigurationError(
                     f"an element of key {row} has a null event time; drop or fill null event times before "
                     f"{self.call_name}"
                 )
-            times = time_series.to_numpy().astype("int64", copy=False)
+            times = np.asarray(time_series).astype("int64", copy=False)
             if watermark is not None:
                 metrics.late_elements = int(np.count_nonzero(times < watermark))
         order, starts = group_order(codes, times)
@@ -291,7 +291,7 @@ class GroupRuntime:
         else:
             keys = list(zip(*(column_values(series, firsts) for series in key_series)))
         timestamps = [None] * len(order) if times is None else times[order].tolist()
-        values, input_indexes = self.build_values(batch, order)
+        values, input_indexes = self.build_values(columns, order)
         prefix = key_group_prefix(key_group)
         if not self.backend.key_group_range.start <= key_group <= self.backend.key_group_range.end:
             self.backend.set_current_key_in_group(keys[0], encode_key(keys[0]), key_group)  # raises
@@ -339,13 +339,13 @@ class GroupRuntime:
         self.operator.outputs.drain_all_side()
 
 
-def _values_builder(spec: GroupFunctionSpec) -> Callable[[pd.DataFrame, np.ndarray], tuple[list[Any], Any]]:
-    """``(batch, order) -> (values, input indexes)``: the elements' records in ``order``, and which input each came
-    from (None for one input)."""
+def _values_builder(spec: GroupFunctionSpec) -> Callable[[ElementColumns, np.ndarray], tuple[list[Any], Any]]:
+    """``(columns, order) -> (values, input indexes)``: the elements' records in ``order``, and which input each
+    came from (None for one input)."""
     if spec.inputs is not None:
         return spec.inputs.values_builder()
     build_rows = rows_builder(spec.value_columns)
-    return lambda batch, order: (build_rows([column_values(batch[c], order) for c in spec.value_columns]), None)
+    return lambda columns, order: (build_rows([column_values(columns[c], order) for c in spec.value_columns]), None)
 
 
 _RUNTIMES: dict[str, Any] = {}

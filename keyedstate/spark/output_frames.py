@@ -87,42 +87,34 @@ class OutputLayout:
     ) -> list[pd.DataFrame]:
         """The call's output as DataFrames of the output schema (what the group function yields).
 
-        With the metrics side output as the only side output, the main records take the path of a stream without
-        side outputs (about a third of :meth:`to_pandas`'s time per record: no per-column lists, no object columns to
-        check) and get the two extra columns as constant nulls; the metrics rows come in a frame of their own."""
+        With the metrics side output as the only side output, the call's output is one frame, built in one step: the
+        main records (checked as in a stream without side outputs: no per-record side columns) followed by the
+        metrics rows. A call pays for each frame it yields twice, building it and PySpark concatenating it, so one
+        frame per call is what keeps the fixed cost of a key-group call low."""
         if self.user_side_outputs or METRICS_TAG not in self.side_schemas:
             return [self.to_pandas(records, side_outputs, where, key_of)]
         metrics = side_outputs.pop(METRICS_TAG, [])
-        if not records and not side_outputs:
-            return [self._metric_rows(metrics, None)] if metrics else []
-        # side_outputs: undeclared ones, which to_pandas reports
-        frame = self.to_pandas(records, side_outputs, where, key_of, main_only=True)
-        frame[SIDE_OUTPUT_TAG_COLUMN] = None
-        frame[side_output_column(METRICS_TAG)] = None
-        return [frame, self._metric_rows(metrics, frame)] if metrics else [frame]
+        if not records and not side_outputs and not metrics:
+            return []
+        names = self.main_names
+        rows = self._checked_rows(records, side_outputs, where, key_of)
+        count, extra = len(rows), len(metrics)
+        columns: dict[str, Any] = {}
+        for index, name in enumerate(names):
+            values = [row[index] for row in rows]
+            values.extend([_placeholder(values)] * extra)
+            columns[name] = values
+        columns[SIDE_OUTPUT_TAG_COLUMN] = [None] * count + [METRICS_TAG] * extra
+        columns[side_output_column(METRICS_TAG)] = [None] * count + [value for value, _ in metrics]
+        frame = pd.DataFrame(columns, copy=False)
+        if count:
+            self._checked(frame, where, key_of, names)
+        return [frame]
 
-    def _metric_rows(self, metrics: list[tuple[Any, Optional[int]]], main: Optional[pd.DataFrame]) -> pd.DataFrame:
-        """The metrics rows (keyedstate's own encoded rows: not checked like user records) as a frame. PySpark
-        concatenates a call's frames: with ``main`` (the call's main records) the rows' main columns keep its dtypes,
-        so the concatenation stays typed (a None in an int64 column would turn the column into Python objects). Their
-        main columns are placeholders, never read: main_output() takes the rows without a tag."""
-        count = len(metrics)
-        columns: dict[str, Any] = {name: [None] * count if main is None else _placeholders(main[name], count)
-                                   for name in self.main_names}
-        columns[SIDE_OUTPUT_TAG_COLUMN] = [METRICS_TAG] * count
-        columns[side_output_column(METRICS_TAG)] = [value for value, _ in metrics]
-        return pd.DataFrame(columns, copy=False)
-
-    def to_pandas(
-        self,
-        records: list[Any],
-        side_outputs: dict[str, list[tuple[Any, Optional[int]]]],
-        where: str,
-        key_of: Optional[Callable[[int], Any]] = None,
-        main_only: bool = False,
-    ) -> pd.DataFrame:
-        """``key_of(i)``: the key whose call produced ``records[i]``, named in errors. ``main_only``: a frame of
-        the main output's columns alone."""
+    def _checked_rows(self, records: list[Any], side_outputs: dict[str, list[tuple[Any, Optional[int]]]], where: str,
+                      key_of: Optional[Callable[[int], Any]]) -> list[tuple[Any, ...]]:
+        """The main records as tuples of the main columns; refuses a record of the wrong shape and records sent to
+        side outputs that were not declared."""
         names = self.main_names
         try:
             rows = [self._as_tuple(record, names) for record in records]
@@ -144,7 +136,19 @@ class OutputLayout:
                 f"{where}: side output {undeclared[0]!r} is not declared; declared: "
                 f"{', '.join(self.user_side_outputs)}"
             )
-        if not self.side_schemas or main_only:
+        return rows
+
+    def to_pandas(
+        self,
+        records: list[Any],
+        side_outputs: dict[str, list[tuple[Any, Optional[int]]]],
+        where: str,
+        key_of: Optional[Callable[[int], Any]] = None,
+    ) -> pd.DataFrame:
+        """``key_of(i)``: the key whose call produced ``records[i]``, named in errors."""
+        names = self.main_names
+        rows = self._checked_rows(records, side_outputs, where, key_of)
+        if not self.side_schemas:
             frame = pd.DataFrame.from_records(rows, columns=names) if rows else pd.DataFrame(
                 {n: pd.Series([], dtype=object) for n in names}
             )
@@ -190,20 +194,17 @@ class OutputLayout:
         return frame
 
 
-def _placeholders(column: pd.Series, count: int) -> Any:
-    """``count`` values of ``column``'s dtype that stand for null: NaN, NaT, 0 or False where the dtype has no
-    None. Arrays, not Series: a frame built of Series aligns their indexes, which made the one-row metrics frame of
-    every call cost three times as much."""
-    dtype = column.dtype
-    if not isinstance(dtype, np.dtype):  # a pandas extension dtype: it knows its own missing value
-        return pd.array([None] * count, dtype=dtype)
-    if dtype.kind in "iub":
-        return np.zeros(count, dtype)
-    if dtype.kind in "fc":
-        return np.full(count, np.nan, dtype)
-    if dtype.kind in "mM":
-        return np.full(count, np.datetime64("NaT") if dtype.kind == "M" else np.timedelta64("NaT"), dtype)
-    return np.full(count, None, object)
+def _placeholder(values: list[Any]) -> Any:
+    """The value that fills a main column in the metrics rows: one that leaves the dtype pandas infers from the
+    column's main ``values`` as it is (0 among ints, False among bools, else None, which pandas reads as NaN or NaT
+    in float and time columns). A None among ints would turn the column into floats, and a large int into an
+    inexact one. Never read: main_output() takes the rows without a tag."""
+    first = values[0] if values else None
+    if isinstance(first, (np.integer, np.bool_)):
+        return first.dtype.type(0)  # np.int32 values make an int32 column
+    if isinstance(first, int):
+        return False if isinstance(first, bool) else 0
+    return None
 
 
 def _first_bad_value(column: pd.Series, arrow_type: pa.DataType) -> tuple[Optional[int], Any]:

@@ -4,9 +4,25 @@ undeclared side output is refused with the message of a stream without side outp
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
+
+import numpy as np
 import pandas as pd
 import pytest
-from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DayTimeIntervalType,
+    DecimalType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from keyedstate.errors import InvalidOutputError
 from keyedstate.spark.metrics import METRICS_SCHEMA_DDL, METRICS_TAG, encode_metrics_row
@@ -18,38 +34,36 @@ METRICS = StructType([StructField(field.split()[0], IntegerType() if field.endsw
 ROW = encode_metrics_row(tuple(range(len(METRICS.fields) - 1)) + (None,))
 
 
-def test_main_records_keep_their_dtypes_and_the_metric_rows_follow():
+def test_a_call_yields_one_frame_its_main_records_then_its_metric_rows():
     layout = OutputLayout(MAIN, {METRICS_TAG: METRICS})
     frames = layout.to_frames([("a", 1), ("b", 2)], {METRICS_TAG: [(ROW, None)]}, "here")
-    assert [len(frame) for frame in frames] == [2, 1]
-    main, rows = frames
-    assert main["n"].dtype == rows["n"].dtype == "int64"  # PySpark concatenates them: no object column
-    assert main[SIDE_OUTPUT_TAG_COLUMN].isna().all() and main[side_output_column(METRICS_TAG)].isna().all()
-    assert rows[SIDE_OUTPUT_TAG_COLUMN].tolist() == [METRICS_TAG]
-    assert rows[side_output_column(METRICS_TAG)][0] == "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,"
+    assert [len(frame) for frame in frames] == [3]
+    (frame,) = frames
+    assert frame["n"].dtype == "int64"  # the metrics row's placeholder leaves the main column's dtype alone
+    assert frame[SIDE_OUTPUT_TAG_COLUMN].tolist() == [None, None, METRICS_TAG]
+    assert frame[side_output_column(METRICS_TAG)].tolist() == [None, None, "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,"]
     assert layout.output_schema[side_output_column(METRICS_TAG)].dataType == StringType()  # not a struct: cheap
-    merged = pd.concat(frames, ignore_index=True)
-    assert merged[["user", "n"]][merged[SIDE_OUTPUT_TAG_COLUMN].isna()].values.tolist() == [["a", 1], ["b", 2]]
+    assert frame[["user", "n"]][frame[SIDE_OUTPUT_TAG_COLUMN].isna()].values.tolist() == [["a", 1], ["b", 2]]
     # a call without records has only its metrics row; one without anything, no frame
     assert [len(frame) for frame in layout.to_frames([], {METRICS_TAG: [(ROW, None)]}, "here")] == [1]
     assert layout.to_frames([], {}, "here") == []
 
 
-def test_the_metric_rows_placeholders_keep_every_main_dtype():
-    """Whatever dtypes a call's main records have, the metric rows' placeholders have the same, so PySpark's
-    concatenation of the call's frames keeps each column's dtype."""
-    from keyedstate.spark.output_frames import _placeholders
-
-    main = pd.DataFrame({
-        "n": pd.Series([1], dtype="int32"), "x": [1.5], "ok": [True], "at": [pd.Timestamp("2026-01-01")],
-        "at_utc": [pd.Timestamp("2026-01-01", tz="UTC")], "took": [pd.Timedelta(seconds=1)], "name": ["a"],
-        "label": pd.Series(["b"], dtype="string"), "maybe": pd.Series([2], dtype="Int64"),
-    })
-    for name in main.columns:
-        placeholders = _placeholders(main[name], 2)
-        assert len(placeholders) == 2
-        assert pd.concat([main[name], pd.Series(placeholders)], ignore_index=True).dtype == main[name].dtype, name
-    assert main["name"].dtype == object and list(_placeholders(main["name"], 2)) == [None, None]
+@pytest.mark.parametrize(("values", "column_type"), [
+    ([1, 2], LongType()), ([1.5, None], DoubleType()), ([True, False], BooleanType()), ([True, None], BooleanType()),
+    ([dt.datetime(2026, 1, 1), None], TimestampType()),
+    ([dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)], TimestampType()),
+    ([dt.timedelta(seconds=1)], DayTimeIntervalType()), (["a", None], StringType()),
+    ([Decimal("1.5")], DecimalType(10, 1)), ([np.int32(3)], IntegerType()), ([None, 4], LongType()),
+    ([b"x"], BinaryType()),
+], ids=lambda case: repr(case) if isinstance(case, list) else case.simpleString())
+def test_the_metric_rows_leave_each_main_column_with_the_dtype_of_its_records(values, column_type):
+    """Whatever values a call's main records hold, the main column of its one frame has the dtype pandas gives those
+    values alone: the metrics rows' placeholders never turn ints into floats or times into objects."""
+    layout = OutputLayout(StructType([StructField("v", column_type)]), {METRICS_TAG: METRICS})
+    (frame,) = layout.to_frames([(v,) for v in values], {METRICS_TAG: [(ROW, None), (ROW, None)]}, "here")
+    assert frame["v"].dtype == pd.DataFrame({"v": values})["v"].dtype
+    assert frame[SIDE_OUTPUT_TAG_COLUMN].tolist() == [None] * len(values) + [METRICS_TAG] * 2
 
 
 def test_an_undeclared_side_output_is_named_as_without_metrics():
