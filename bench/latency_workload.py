@@ -199,8 +199,9 @@ def summarize(records: list[tuple[int, int]], measured_from_ns: int, sent: int, 
     third = max(1, len(measured) // 3)
     first, last = [x for _, x in measured[:third]], [x for _, x in measured[-third:]]
     growth = statistics.median(last) / statistics.median(first) if latencies else None
-    received = len({s for s, _ in records})
-    result: dict[str, Any] = {"sent": sent, "received": len(records), "measured": len(latencies),
+    received = len({s for s, _ in records})  # at-least-once may deliver an event twice: count events, not records
+    result: dict[str, Any] = {"sent": sent, "received": received, "duplicates": len(records) - received,
+                              "measured": len(latencies),
                               "growth": growth and round(growth, 3),
                               "kept_up": bool(latencies) and received >= sent and growth <= KEEP_UP_GROWTH,
                               "batches": len(batches_s),

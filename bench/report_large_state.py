@@ -83,7 +83,7 @@ WHY = {
 }
 
 
-def _target(text: str, value: float | None, threshold: float, at_most: bool, measured: str, goal: str, short: str,
+def bounded_target(text: str, value: float | None, threshold: float, at_most: bool, measured: str, goal: str, short: str,
             strict: bool = False, why: str | None = None, issue: str = "17") -> dict:
     """A target row in report.py's shape; ``score`` (>= 1: met) and ``label`` drive its targets plot."""
     if value is None:
@@ -108,7 +108,7 @@ def targets(rows: list[dict]) -> list[dict]:
     if rocks_large and small != large:
         growth = _time(rocks_large) / _time(runs[("rocksdb", small)])
     pair = f"{large:,} keys vs {small:,} keys" if growth else f"{LARGE:,} keys vs {SMALL:,} keys"
-    out.append(_target(f"RocksDB mode later-batch time, {pair}", growth, 1.5, True,
+    out.append(bounded_target(f"RocksDB mode later-batch time, {pair}", growth, 1.5, True,
                        growth and f"{growth:.2f}x ({_time(rocks_large):.2f} s vs "
                                   f"{_time(runs[('rocksdb', small)]):.2f} s, median later batch)",
                        "<= 1.5x", "RocksDB mode time, large / small state", why=WHY["growth"]))
@@ -118,7 +118,7 @@ def targets(rows: list[dict]) -> list[dict]:
     if rocks_large and tws_at:
         speedup = _time(runs[("tws", tws_at)]) / _time(rocks_large)
         stand_in = "" if tws_at == large else f"; tws not run at {large:,} keys, its {tws_at:,}-key figure stands in"
-    out.append(_target(f"RocksDB mode speed per later batch vs transformWithStateInPandas, {at}", speedup, 4, False,
+    out.append(bounded_target(f"RocksDB mode speed per later batch vs transformWithStateInPandas, {at}", speedup, 4, False,
                        speedup and f"{speedup:.2f}x (tws {_time(runs[('tws', tws_at)]):.2f} s vs "
                                    f"{_time(rocks_large):.2f} s, median later batch{stand_in})",
                        ">= 4x", "RocksDB mode vs TWS per batch", why=WHY["tws"]))
@@ -126,19 +126,19 @@ def targets(rows: list[dict]) -> list[dict]:
     written = rocks_large and _bytes(rocks_large) / 1e6
     row_mode = (f"row mode {_bytes(heap_large) / 1e6:,.1f} MB in this run" if heap_large
                 else f"row mode measured earlier: {EARLIER_ROW_MODE['bytes']}")
-    out.append(_target(f"bytes written durably per later batch, RocksDB mode, {at}", written, 10, True,
+    out.append(bounded_target(f"bytes written durably per later batch, RocksDB mode, {at}", written, 10, True,
                        written is not None and f"{written:.2f} MB ({row_mode})", "<= 10 MB",
                        "RocksDB mode durable MB / batch", why=WHY["bytes"]))
     memory = rocks_large and _memory(rocks_large)
     row_mode = (f"row mode {_memory(heap_large):,.0f} MB in this run" if heap_large
                 else f"row mode measured earlier: {EARLIER_ROW_MODE['memory']}")
-    out.append(_target(f"Python worker peak memory, RocksDB mode, {at}", memory, 600, True,
+    out.append(bounded_target(f"Python worker peak memory, RocksDB mode, {at}", memory, 600, True,
                        memory is not None and f"{memory:,.0f} MB ({row_mode})", "< 600 MB",
                        "RocksDB mode worker peak MB", strict=True, why=WHY["memory"]))
     s3_sizes = sorted(k for (v, k) in runs if v == "rocksdb_s3" and ("rocksdb", k) in runs)
     s3_at = S3_SIZE if S3_SIZE in s3_sizes else (s3_sizes[-1] if s3_sizes else None)
     on_s3 = s3_at and _time(runs[("rocksdb_s3", s3_at)]) / _time(runs[("rocksdb", s3_at)])
-    out.append(_target(f"RocksDB mode later-batch time, state on a local S3-compatible server vs the local file "
+    out.append(bounded_target(f"RocksDB mode later-batch time, state on a local S3-compatible server vs the local file "
                        f"system, {s3_at or S3_SIZE:,} keys", on_s3 or None, 1.5, True,
                        on_s3 and f"{on_s3:.2f}x ({_time(runs[('rocksdb_s3', s3_at)]):.2f} s vs "
                                  f"{_time(runs[('rocksdb', s3_at)]):.2f} s, median later batch)",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from report_large_state import _target
+from report_large_state import bounded_target
 from report_sections import find_bench
 
 #: (ratio key in the suite's extra_info, limit, target text, short name)
@@ -36,7 +36,7 @@ def targets(run: dict) -> list[dict]:
     for name, limit, text, short in RATIO_TARGETS:
         r = info.get("ratios", {}).get(name)
         value = r and r["median"]
-        out.append(_target(f"{text}, {top:,} events/s", value, limit, True,
+        out.append(bounded_target(f"{text}, {top:,} events/s", value, limit, True,
                            value is not None and f"{value:.2f}x (median of {len(r['rounds'])} rounds)",
                            f"<= {limit:g}x", short, why=WHY, issue="35"))
     rounds = info.get("rounds") or []
