@@ -12,6 +12,11 @@ Pipelines (``VARIANTS``):
 * ``floor``: the projection-only query on the same source and sink: what Spark, the source and the sink cost.
 * ``keyed_process``: ValueState count per key, one output per input (``CountPerKey``), event time from the record
   timestamp with a 10-second watermark, 128 key groups, ``spark.sql.shuffle.partitions`` 4 (the bench default).
+* ``bare applyInPandasWithState``: the same count written by hand on Spark's API (``count_buckets``: a pickled dict
+  of counts in each bucket's state row, grouped by ``pmod(xxhash64(key), buckets)``, event-time timeout mode, the
+  same watermark): what Spark's stateful operator costs before keyedstate adds anything. With 2 buckets over 2
+  shuffle partitions (one Spark group per task, one task per core of ``local[2]``) it is the lowest latency this
+  Spark API gives the pipeline.
 
 each with the sink's ``exactly_once`` or ``at_least_once`` guarantee; the keyed ones in heap or RocksDB mode and
 with other numbers of key groups or shuffle partitions where the variant says so.
@@ -65,6 +70,8 @@ class Variant:
     state_backend: str = "heap"
     num_key_groups: int = 128
     shuffle_partitions: int = 4
+    bare: bool = False  # a hand-written applyInPandasWithState function over num_key_groups buckets
+    progress_metrics: bool = True
 
 
 FLOOR_ALO = Variant("floor, at-least-once", keyed=False)
@@ -80,8 +87,43 @@ HEAP_ALO_8 = Variant("keyed_process heap, at-least-once, 8 key groups", keyed=Tr
 HEAP_ALO_8_SP2 = Variant("keyed_process heap, at-least-once, 8 key groups, 2 shuffle partitions", keyed=True,
                          num_key_groups=8, shuffle_partitions=2)
 
+# the ceiling of Spark's API: how close to the floor any applyInPandasWithState pipeline gets
+BARE_128 = Variant("bare applyInPandasWithState, at-least-once, 128 buckets", keyed=True, bare=True)
+BARE_2_SP2 = Variant("bare applyInPandasWithState, at-least-once, 2 buckets, 2 shuffle partitions", keyed=True,
+                     bare=True, num_key_groups=2, shuffle_partitions=2)
+# what the progress metrics (on by default) cost per micro-batch
+HEAP_ALO_NO_METRICS = Variant("keyed_process heap, at-least-once, no progress metrics", keyed=True,
+                              progress_metrics=False)
+
 VARIANTS = {v.label: v for v in (FLOOR_ALO, FLOOR_EO, HEAP_ALO, HEAP_EO, ROCKSDB_ALO, ROCKSDB_ALO_8, HEAP_ALO_SP8,
-                                 HEAP_ALO_8, HEAP_ALO_8_SP2)}
+                                 HEAP_ALO_8, HEAP_ALO_8_SP2, HEAP_ALO_NO_METRICS, BARE_128, BARE_2_SP2)}
+
+
+def count_buckets(bucket: tuple, frames: Any, state: Any) -> Any:
+    """``CountPerKey`` by hand on ``applyInPandasWithState``: a bucket's counts are one pickled dict in its row."""
+    import pickle
+
+    import pandas as pd
+
+    counts: dict = pickle.loads(state.get[0]) if state.exists else {}
+    for frame in frames:
+        keys, sent = frame["key"].tolist(), frame["sent"].tolist()
+        values = []
+        for k, s in zip(keys, sent):
+            counts[k] = n = counts.get(k, 0) + 1
+            values.append(f"{s}:{n}")
+        yield pd.DataFrame({"key": keys, "value": values})
+    state.update((pickle.dumps(counts, protocol=5),))
+
+
+def _bare_query(events: Any, buckets: int) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    prepared = events.withWatermark("timestamp", WATERMARK_DELAY).withColumn(
+        "bucket", F.pmod(F.xxhash64("key"), F.lit(buckets)).cast("int"))
+    return prepared.groupBy("bucket").applyInPandasWithState(
+        count_buckets, OUTPUT_SCHEMA, "counts BINARY", "append", GroupStateTimeout.EventTimeTimeout)
 
 
 @dataclass
@@ -165,11 +207,13 @@ def _pipeline(spark: Any, variant: Variant, bootstrap: str, topics: list[str], d
               .option("startingOffsets", "earliest").option("group.id", f"latency-{topics[0]}").load()
               .select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("sent"),
                       "timestamp"))
-    if variant.keyed:
+    if variant.bare:
+        output = _bare_query(events, variant.num_key_groups)
+    elif variant.keyed:
         output = keyed_process(events.withWatermark("timestamp", WATERMARK_DELAY), ["key"], CountPerKey(),
                                OUTPUT_SCHEMA, event_time_column="timestamp", num_key_groups=variant.num_key_groups,
                                state_backend=variant.state_backend, state_storage=f"{directory}/state",
-                               uid="latency-count")
+                               uid="latency-count", progress_metrics=variant.progress_metrics)
     else:
         output = events.select("key", F.col("sent").alias("value"))
     writer = (output.writeStream.format("keyedstate-kafka").option("kafka.bootstrap.servers", bootstrap)
