@@ -38,6 +38,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+import numpy as np
+
 from keyedstate import KeyedProcessFunction, RuntimeContext, Types, ValueStateDescriptor
 
 PARTITIONS = 4
@@ -60,39 +62,43 @@ class CountPerKey(KeyedProcessFunction):
         yield value.key, f"{value.sent}:{count}"
 
 
+FLOOR = "floor"
+KEYED_PROCESS = "keyed_process"
+BARE = "bare"  # a hand-written applyInPandasWithState function over num_key_groups buckets
+
+
 @dataclass(frozen=True)
 class Variant:
     """One pipeline of the suite; ``label`` names it in results and report."""
 
     label: str
-    keyed: bool
+    pipeline: str  # FLOOR, KEYED_PROCESS or BARE
     guarantee: str = "at_least_once"
     state_backend: str = "heap"
     num_key_groups: int = 128
     shuffle_partitions: int = 4
-    bare: bool = False  # a hand-written applyInPandasWithState function over num_key_groups buckets
     progress_metrics: bool = True
 
 
-FLOOR_ALO = Variant("floor, at-least-once", keyed=False)
-FLOOR_EO = Variant("floor, exactly-once", keyed=False, guarantee="exactly_once")
-HEAP_ALO = Variant("keyed_process heap, at-least-once", keyed=True)
-HEAP_EO = Variant("keyed_process heap, exactly-once", keyed=True, guarantee="exactly_once")
-ROCKSDB_ALO = Variant("keyed_process rocksdb, at-least-once", keyed=True, state_backend="rocksdb")
-ROCKSDB_ALO_8 = Variant("keyed_process rocksdb, at-least-once, 8 key groups", keyed=True, state_backend="rocksdb",
+FLOOR_ALO = Variant("floor, at-least-once", FLOOR)
+FLOOR_EO = Variant("floor, exactly-once", FLOOR, guarantee="exactly_once")
+HEAP_ALO = Variant("keyed_process heap, at-least-once", KEYED_PROCESS)
+HEAP_EO = Variant("keyed_process heap, exactly-once", KEYED_PROCESS, guarantee="exactly_once")
+ROCKSDB_ALO = Variant("keyed_process rocksdb, at-least-once", KEYED_PROCESS, state_backend="rocksdb")
+ROCKSDB_ALO_8 = Variant("keyed_process rocksdb, at-least-once, 8 key groups", KEYED_PROCESS, state_backend="rocksdb",
                         num_key_groups=8)
-HEAP_ALO_SP8 = Variant("keyed_process heap, at-least-once, 8 shuffle partitions", keyed=True, shuffle_partitions=8)
+HEAP_ALO_SP8 = Variant("keyed_process heap, at-least-once, 8 shuffle partitions", KEYED_PROCESS, shuffle_partitions=8)
 # docs/operations.md, "Tuning": what fewer Spark groups and tasks per micro-batch buy
-HEAP_ALO_8 = Variant("keyed_process heap, at-least-once, 8 key groups", keyed=True, num_key_groups=8)
-HEAP_ALO_8_SP2 = Variant("keyed_process heap, at-least-once, 8 key groups, 2 shuffle partitions", keyed=True,
+HEAP_ALO_8 = Variant("keyed_process heap, at-least-once, 8 key groups", KEYED_PROCESS, num_key_groups=8)
+HEAP_ALO_8_SP2 = Variant("keyed_process heap, at-least-once, 8 key groups, 2 shuffle partitions", KEYED_PROCESS,
                          num_key_groups=8, shuffle_partitions=2)
 
 # the ceiling of Spark's API: how close to the floor any applyInPandasWithState pipeline gets
-BARE_128 = Variant("bare applyInPandasWithState, at-least-once, 128 buckets", keyed=True, bare=True)
-BARE_2_SP2 = Variant("bare applyInPandasWithState, at-least-once, 2 buckets, 2 shuffle partitions", keyed=True,
-                     bare=True, num_key_groups=2, shuffle_partitions=2)
+BARE_128 = Variant("bare applyInPandasWithState, at-least-once, 128 buckets", BARE)
+BARE_2_SP2 = Variant("bare applyInPandasWithState, at-least-once, 2 buckets, 2 shuffle partitions", BARE,
+                     num_key_groups=2, shuffle_partitions=2)
 # what the progress metrics (on by default) cost per micro-batch
-HEAP_ALO_NO_METRICS = Variant("keyed_process heap, at-least-once, no progress metrics", keyed=True,
+HEAP_ALO_NO_METRICS = Variant("keyed_process heap, at-least-once, no progress metrics", KEYED_PROCESS,
                               progress_metrics=False)
 
 VARIANTS = {v.label: v for v in (FLOOR_ALO, FLOOR_EO, HEAP_ALO, HEAP_EO, ROCKSDB_ALO, ROCKSDB_ALO_8, HEAP_ALO_SP8,
@@ -207,9 +213,9 @@ def _pipeline(spark: Any, variant: Variant, bootstrap: str, topics: list[str], d
               .option("startingOffsets", "earliest").option("group.id", f"latency-{topics[0]}").load()
               .select(F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("sent"),
                       "timestamp"))
-    if variant.bare:
+    if variant.pipeline == BARE:
         output = _bare_query(events, variant.num_key_groups)
-    elif variant.keyed:
+    elif variant.pipeline == KEYED_PROCESS:
         output = keyed_process(events.withWatermark("timestamp", WATERMARK_DELAY), ["key"], CountPerKey(),
                                OUTPUT_SCHEMA, event_time_column="timestamp", num_key_groups=variant.num_key_groups,
                                state_backend=variant.state_backend, state_storage=f"{directory}/state",
@@ -224,15 +230,6 @@ def _pipeline(spark: Any, variant: Variant, bootstrap: str, topics: list[str], d
         writer = writer.option("transactionalIdPrefix", f"latency-{topics[1]}")
     spark.conf.set("spark.sql.shuffle.partitions", str(variant.shuffle_partitions))
     return writer.start()
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-quantile (0..1) by linear interpolation, as numpy's default."""
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def summarize(records: list[tuple[int, int]], measured_from_ns: int, sent: int, batches_s: list[float]) -> dict:
@@ -251,7 +248,7 @@ def summarize(records: list[tuple[int, int]], measured_from_ns: int, sent: int, 
                               "batches": len(batches_s),
                               "median_batch_s": round(statistics.median(batches_s), 3) if batches_s else None}
     for name, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99), ("max", 1.0)):
-        result[name] = round(percentile(latencies, q), 4) if latencies else None
+        result[name] = round(float(np.percentile(latencies, q * 100)), 4) if latencies else None
     return result
 
 
