@@ -74,8 +74,9 @@ demo: venv
 demo-kafka: venv
 	$(PY) -m examples.demo --kafka --bootstrap-servers "$${KAFKA_BOOTSTRAP:-127.0.0.1:9092}"
 
-# One run of every benchmark suite (~35-40 min idle; see bench/run.py), then bench/RESULTS.md + plots from its JSON
-# in bench/results/. BENCH_ARGS: e.g. --profile smoke --results-dir /tmp/r --report-dir /tmp/r (a pipeline check).
+# One run of every benchmark suite (about 100 min idle; bench/run.py prints its estimate), then bench/RESULTS.md and
+# plots from its JSON in bench/results/. BENCH_ARGS: e.g. --profile smoke --results-dir /tmp/r --report-dir /tmp/r
+# (a pipeline check).
 .PHONY: bench-full bench-report
 bench: venv kafka-jars
 	$(PY) bench/run.py --command "make bench$(if $(BENCH_ARGS), BENCH_ARGS='$(BENCH_ARGS)')" $(BENCH_ARGS)

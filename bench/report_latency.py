@@ -134,18 +134,18 @@ def plot_latency(run: dict, path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for index, (variant, points) in enumerate(sorted(by_variant.items())):
         points.sort()
-        color = f"C{index}"
+        color = f"C{index % 10}"
         rates = [p[0] for p in points]
-        style = "o" if len(points) == 1 else "o-"
+        marker = "os^D"[index // 10 % 4]  # the color cycle has 10 colors: the marker tells variants 11-20 apart
+        style = marker if len(points) == 1 else marker + "-"
         ax.plot(rates, [p[2] for p in points], style, color=color, label=f"{variant} (p99)")
         ax.plot(rates, [p[1] for p in points], style.replace("-", "--"), color=color, alpha=0.5, markersize=4)
     ax.set_xscale("log")
     ax.set_xlabel("events per second (log)")
     ax.set_ylabel("latency, seconds (p99 solid, p50 dashed)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: it hid points
     ax.set_title("end-to-end latency, Kafka to Kafka, one run of make bench")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return True

@@ -11,6 +11,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
+from typing import Any, ForwardRef, is_typeddict
 
 PACKAGES = ["keyedstate", "keyedstate.testing", "keyedstate.spark", "keyedstate.cleanup", "timers", "connectors.kafka"]
 OUTPUT = Path(__file__).resolve().parent.parent / "docs" / "api.md"
@@ -30,6 +31,13 @@ def _signature(obj: object) -> str:
         return ""
     # Defaults that are functions or objects print with a memory address; keep the docs reproducible.
     return _ADDRESS.sub(">", text)
+
+
+def _annotation(kind: Any) -> str:
+    """A field's type as written (a string under ``from __future__ import annotations``)."""
+    if isinstance(kind, ForwardRef):
+        return kind.__forward_arg__
+    return kind if isinstance(kind, str) else getattr(kind, "__name__", None) or str(kind)
 
 
 def _members(cls: type, exported: set[str]) -> list[tuple[str, object]]:
@@ -65,7 +73,11 @@ def render() -> str:
                 continue
             if inspect.isclass(obj) and issubclass(obj, BaseException):
                 continue  # errors are listed together below
-            if inspect.isclass(obj):
+            if inspect.isclass(obj) and is_typeddict(obj):
+                lines += [f"### class `{name}` (keyword arguments)", "", _doc(obj), ""]
+                lines += [f"- `{field}: {_annotation(kind)}`" for field, kind in obj.__annotations__.items()]
+                lines.append("")
+            elif inspect.isclass(obj):
                 lines += [f"### class `{name}{_signature(obj)}`", "", _doc(obj), ""]
                 for member_name, member in _members(obj, set(package.__all__)):
                     if member_name == "__init__":

@@ -75,7 +75,8 @@ def encode_record(timer: TimerTuple) -> tuple[bytes, bytes]:
 def encode_record_key(timer: TimerTuple) -> bytes:
     """Only the raw-column key of ``timer`` (deletes need no value)."""
     prefix = timer[1]
-    return prefix[:KEY_GROUP_PREFIX_BYTES] + _u64.pack(timer[0] + _SIGN_FLIP) + prefix[KEY_GROUP_PREFIX_BYTES:] + timer[2]
+    return (prefix[:KEY_GROUP_PREFIX_BYTES] + _u64.pack(timer[0] + _SIGN_FLIP) + prefix[KEY_GROUP_PREFIX_BYTES:]
+            + timer[2])
 
 
 def decode_record(key: bytes, value: bytes, prefixes: dict[bytes, bytes] | None = None) -> InternalTimer:

@@ -125,7 +125,8 @@ class InternalTimerService:
         self.triggerable = triggerable
 
     def _timer(self, namespace: bytes, timestamp: Any) -> tuple:
-        """The current key's timer at ``timestamp`` as the queues hold it: a plain tuple (see :class:`InternalTimer`)."""
+        """The current key's timer at ``timestamp`` as the queues hold it: a plain tuple (see
+        :class:`InternalTimer`)."""
         timestamp = to_epoch_millis(timestamp)  # the one timestamp check (timers.time)
         prefix = self.backend.current_key_prefix  # raises NoKeyContextError without a current key
         if type(namespace) is not bytes:

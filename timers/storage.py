@@ -6,9 +6,9 @@ so a RocksDB database saved per key group (RocksDB mode, :mod:`keyedstate.state.
 them and its restore brings them back. The layout is the same for both storages, so raw columns written with one
 are read by the other.
 
-* ``HEAP``: timers live in :class:`~timers.queue.HeapTimerQueue` s, one per key group; the raw column is written only in the backend's
-  pre-snapshot hook, and only for key groups that changed since the last flush. A new service loads all restored
-  timers into memory.
+* ``HEAP``: timers live in :class:`~timers.queue.HeapTimerQueue` s, one per key group; the raw column is written
+  only in the backend's pre-snapshot hook, and only for key groups that changed since the last flush. A new service
+  loads all restored timers into memory.
 * ``ROCKSDB``: timers live in the column (a column family on the RocksDB backend), every register / delete is
   written through, and only the earliest timers of each key group are cached (:mod:`timers.column_queue`). A new
   service reads only those heads, so restoring a million timers does not load them all.

@@ -43,16 +43,17 @@ class TimerService:
     While it runs one key's elements in a row it sets :attr:`collecting`: no timer can fire while those elements
     run (timers fire only when time advances, between runs), and a timer's final state after any sequence of
     register and delete calls is its last call. So the calls are kept per timestamp, one cheap dict store each, and
-    reach the timer queues once, when the operator calls :meth:`apply_collected_calls` before the current key changes; a key that
-    deletes its previous timer and registers the next one for every element touches the queue twice per run instead
-    of twice per element. Otherwise (in ``on_timer``) each call goes straight to the queues, so a timer registered
-    there at or before the time being advanced to fires in the same advance. Either way invalid timestamps fail at
-    the call.
+    reach the timer queues once, when the operator calls :meth:`apply_collected_calls` before the current key
+    changes; a key that deletes its previous timer and registers the next one for every element touches the queue
+    twice per run instead of twice per element. Otherwise (in ``on_timer``) each call goes straight to the queues,
+    so a timer registered there at or before the time being advanced to fires in the same advance. Either way
+    invalid timestamps fail at the call.
     """
 
     def __init__(self, service: InternalTimerService) -> None:
         self._service = service
-        self._event_time: dict[int, bool] = {}  # cleared by apply_collected_calls, never replaced: the compiled calls hold them
+        # cleared by apply_collected_calls, never replaced: the compiled calls hold them
+        self._event_time: dict[int, bool] = {}
         self._processing_time: dict[int, bool] = {}
         self._collecting = False
         self._compiled_calls: tuple[Any, ...] = ()
@@ -74,7 +75,8 @@ class TimerService:
                                           max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
                 self._compiled_calls += (call,)
-            # Applying a run's calls to the heap queues too; other queues and firing queues reach apply_collected_calls() below.
+            # Applying a run's calls to the heap queues too; other queues and firing queues reach
+            # apply_collected_calls() below.
             self._compiled_flush = fastpath.TimerFlush(
                 context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
                 event_changes=self._event_time, processing_changes=self._processing_time,
@@ -85,8 +87,8 @@ class TimerService:
 
     @property
     def collecting(self) -> bool:
-        """True while the operator runs a key's elements (the calls are collected until :meth:`apply_collected_calls`); False
-        otherwise (the calls go straight to the queues, for the current key)."""
+        """True while the operator runs a key's elements (the calls are collected until
+        :meth:`apply_collected_calls`); False otherwise (the calls go straight to the queues, for the current key)."""
         return self._collecting
 
     @collecting.setter

@@ -48,7 +48,8 @@ def validate_input_schema(schema: StructType, default_topic: Optional[str]) -> N
             f"{', '.join(schema.fieldNames()) or 'no columns'}")
     for name in ("key", "value"):
         if name in types and not isinstance(types[name], (BinaryType, StringType)):
-            raise KafkaConfigurationError(f"sink column {name!r} must be binary or string, not {types[name].simpleString()}")
+            raise KafkaConfigurationError(
+                f"sink column {name!r} must be binary or string, not {types[name].simpleString()}")
     if "topic" in types and not isinstance(types["topic"], StringType):
         raise KafkaConfigurationError(f"sink column 'topic' must be a string, not {types['topic'].simpleString()}")
     if "topic" not in types and default_topic is None:

@@ -128,7 +128,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._data_loss(f"{tp[0]}[{tp[1]}] was deleted or shrunk (topic deleted?) while the query was reading it")
         new = sorted(set(current) - set(begin))
         if new:
-            log.info("new partitions discovered, reading them from earliest: %s", ", ".join(f"{t}[{p}]" for t, p in new))
+            log.info("new partitions discovered, reading them from earliest: %s",
+                     ", ".join(f"{t}[{p}]" for t, p in new))
         earliest_new = self.client.list_offsets(new, "earliest") if new and isinstance(limit, ReadMaxRows) else {}
         sizes: dict[TP, int] = {}
         for tp, hi in current.items():

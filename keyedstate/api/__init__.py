@@ -6,4 +6,5 @@ from keyedstate.api.process_function import Function, KeyedProcessFunction
 from keyedstate.api.runtime_context import RuntimeContext
 from keyedstate.api.time_domain import MAX_WATERMARK, MIN_WATERMARK, OutputTag, TimeDomain
 
-__all__ = ["Function", "KeyedProcessFunction", "KeyedCoProcessFunction", "KeyedStateBootstrapFunction", "RuntimeContext", "OutputTag", "TimeDomain", "MIN_WATERMARK", "MAX_WATERMARK"]
+__all__ = ["Function", "KeyedProcessFunction", "KeyedCoProcessFunction", "KeyedStateBootstrapFunction",
+           "RuntimeContext", "OutputTag", "TimeDomain", "MIN_WATERMARK", "MAX_WATERMARK"]

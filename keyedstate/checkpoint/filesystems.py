@@ -83,7 +83,8 @@ class StorageOptions:
     def __repr__(self) -> str:  # specs and logs show it: never the secrets
         shown = {name: (REDACTED if name in _SECRET_OPTIONS or is_secret(name, value) else value)
                  for name, value in sorted(self.s3.items())}
-        return f"StorageOptions(retry_seconds={self.retry_seconds:g}{''.join(f', {k}={v!r}' for k, v in shown.items())})"
+        fields = "".join(f", {k}={v!r}" for k, v in shown.items())
+        return f"StorageOptions(retry_seconds={self.retry_seconds:g}{fields})"
 
 
 def _endpoint(url: str, what: str) -> dict[str, str]:

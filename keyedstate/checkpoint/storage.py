@@ -311,7 +311,8 @@ class CheckpointStorage:
 
 
 def _copy_hashing(source: Any, out: Any) -> tuple[int, str]:
-    """Copy ``source`` to ``out`` in chunks; returns the size and the sha256 (a retry calls it again: it starts over)."""
+    """Copy ``source`` to ``out`` in chunks; returns the size and the sha256 (a retry calls it again: it starts
+    over)."""
     digest, size = hashlib.sha256(), 0
     while chunk := source.read(_CHUNK):
         digest.update(chunk)

@@ -15,13 +15,7 @@ import sys
 from typing import Any
 
 from keyedstate.cli import EXIT_FAILED, EXIT_OK
-from keyedstate.cli.options import (
-    key_value_pairs,
-    options_file,
-    properties_file,
-    storage_option_pairs,
-    warn_about_secrets,
-)
+from keyedstate.cli.options import flag_and_file_options, key_value_pairs, properties_file, warn_about_secrets
 from keyedstate.errors import KeyedStateError, unwrap
 
 __all__ = ["register", "run"]
@@ -73,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
     from keyedstate.spark import inspect_keyed_state, plot_inspection
     from keyedstate.spark.inspection_plot import require_matplotlib
 
-    storage_options = _storage_options(args.state_storage_option, args.state_storage_options_file,
-                                       "--state-storage-option", "--state-storage-options-file")
-    checkpoint_options = _storage_options(args.checkpoint_option, args.checkpoint_options_file,
-                                          "--checkpoint-option", "--checkpoint-options-file")
+    storage_options = flag_and_file_options(args.state_storage_option, args.state_storage_options_file,
+                                            "--state-storage-option", "--state-storage-options-file", COMMAND)
+    checkpoint_options = flag_and_file_options(args.checkpoint_option, args.checkpoint_options_file,
+                                               "--checkpoint-option", "--checkpoint-options-file", COMMAND)
     conf = key_value_pairs(args.conf, "--conf", COMMAND)
     warn_about_secrets(conf, "--conf", COMMAND, "put it in --properties-file, or use the AWS_* environment")
     conf.update(properties_file(args.properties_file, "--properties-file", COMMAND))
@@ -108,11 +102,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot written to {args.plot}", file=sys.stderr)
     return EXIT_OK
 
-
-def _storage_options(pairs: list[str], path: Any, flag: str, file_flag: str) -> dict[str, Any]:
-    given = storage_option_pairs(pairs, flag, COMMAND)
-    warn_about_secrets(given, flag, COMMAND, f"put it in {file_flag}, or use the AWS_* environment")
-    return {**given, **options_file(path, file_flag, COMMAND)}
 
 
 def _spark_session(args: argparse.Namespace, conf: dict[str, str]) -> tuple[Any, bool]:

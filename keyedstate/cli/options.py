@@ -12,7 +12,8 @@ from typing import Any, NoReturn, Optional
 from keyedstate.cli import EXIT_USAGE
 from keyedstate.redaction import is_secret
 
-__all__ = ["key_value_pairs", "storage_option_pairs", "options_file", "properties_file", "warn_about_secrets"]
+__all__ = ["key_value_pairs", "storage_option_pairs", "options_file", "properties_file", "warn_about_secrets",
+           "flag_and_file_options"]
 
 # state_storage_options that are numbers; every other option (a key, a region, an endpoint) is text
 _NUMERIC_STORAGE_OPTIONS = frozenset({"retry_seconds", "connect_timeout", "request_timeout"})
@@ -92,3 +93,13 @@ def warn_about_secrets(options: dict[str, Any], flag: str, command: str, instead
         if is_secret(name, value):
             print(f"keyedstate {command}: warning: {flag} {name}=... looks like a secret; the command line ends up "
                   f"in your shell's history and the process list: {instead}", file=sys.stderr)
+
+
+def flag_and_file_options(pairs: list[str], path: Optional[str], flag: str, file_flag: str, command: str, *,
+                          storage: bool = True) -> dict[str, Any]:
+    """The options of a repeatable ``KEY=VALUE`` flag (storage options with their numbers, else text) and of its
+    file, the file's winning; a secret typed as a flag is warned about, pointing to the file."""
+    given = storage_option_pairs(pairs, flag, command) if storage else key_value_pairs(pairs, flag, command)
+    instead = f"put it in {file_flag}" + (", or use the AWS_* environment" if storage else "")
+    warn_about_secrets(given, flag, command, instead)
+    return {**given, **options_file(path, file_flag, command)}

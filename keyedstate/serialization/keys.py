@@ -21,7 +21,8 @@ from keyedstate.errors import UnsupportedKeyTypeError
 
 __all__ = ["encode_key", "encode_keys_with_prefix", "decode_key", "SUPPORTED_KEY_TYPES"]
 
-SUPPORTED_KEY_TYPES = "None, bool, int, float (not NaN), str, bytes, datetime.date, datetime.datetime and tuples of these"
+SUPPORTED_KEY_TYPES = ("None, bool, int, float (not NaN), str, bytes, datetime.date, datetime.datetime and tuples of "
+                       "these")
 
 _NONE = 0x00
 _BYTES = 0x01

@@ -103,7 +103,7 @@ class GroupRuntime:
         self._check_restart(batch_id)
         self.enter_task()
         key_group = self._key_group(grouping_key, group_state, batch_id)
-        where = f"keyed_process key group {key_group}, batch {batch_id}"
+        where = f"{self.call_name} key group {key_group}, batch {batch_id}"
         # A call allocates a few objects per element, most of them long-lived (rows, state entries, timers), so the
         # cyclic GC would run full collections over them again and again; reference counting frees what the call
         # drops, and cycles (if any) are collected after the call.
@@ -357,7 +357,8 @@ def make_group_function(spec: GroupFunctionSpec, function: Any) -> Any:
     ``function`` is a ``KeyedProcessFunction`` or its :class:`ShippedFunction`."""
     shipped = function if isinstance(function, ShippedFunction) else ShippedFunction(function)
 
-    def keyed_group_function(grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
+    def keyed_group_function(grouping_key: tuple, frames: Iterator[pd.DataFrame],
+                             group_state: Any) -> Iterator[pd.DataFrame]:
         return _runtime(spec, shipped).run(grouping_key, frames, group_state)
 
     return keyed_group_function

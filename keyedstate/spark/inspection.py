@@ -257,5 +257,6 @@ def _storage(storage_rows: list[Any], state_storage: Optional[str], options: Opt
     return StorageSummary(
         row_bytes=row_bytes, base_bytes=sum(row["base_bytes"] or 0 for row in versions),
         changelog_bytes=sum(row["changelog_bytes"] or 0 for row in versions),
-        changelogs=sum(row["changelogs"] or 0 for row in versions), locations=tuple(without_credentials(location) for location in locations),
+        changelogs=sum(row["changelogs"] or 0 for row in versions),
+        locations=tuple(without_credentials(location) for location in locations),
         stored_files=files, stored_bytes=stored)

@@ -166,10 +166,11 @@ class CallMetrics:
         """The row of :data:`METRICS_SCHEMA_DDL`, encoded (:func:`encode_metrics_row`); ``call_s``: the whole call's
         seconds."""
         user_s = self.process_s + self.timer_s
-        return encode_metrics_row((key_group, elements, self.late_elements, outputs, watermark, timers_fired, timers_registered,
-                timers_deleted, pending_timers, self.timer_lag_ms, keys_with_state, state_bytes, bytes_written,
-                base_bytes_written, _micros(self.restore_s), _micros(user_s), _micros(max(call_s - user_s, 0.0)),
-                _micros(self.timer_s)))
+        return encode_metrics_row((
+            key_group, elements, self.late_elements, outputs, watermark, timers_fired, timers_registered,
+            timers_deleted, pending_timers, self.timer_lag_ms, keys_with_state, state_bytes, bytes_written,
+            base_bytes_written, _micros(self.restore_s), _micros(user_s), _micros(max(call_s - user_s, 0.0)),
+            _micros(self.timer_s)))
 
 
 def _micros(seconds: float) -> int:

@@ -165,7 +165,8 @@ class OutputLayout:
                     columns[name].append(None)
                 tag_column.append(tag_id)
                 try:
-                    side_row = value if tag_id == METRICS_TAG else dict(zip(side_names, self._as_tuple(value, side_names)))
+                    side_row = value if tag_id == METRICS_TAG else dict(
+                        zip(side_names, self._as_tuple(value, side_names)))
                 except InvalidOutputError as error:
                     raise InvalidOutputError(f"{where}, side output {tag_id!r}: {error}") from None
                 for other, column in side_columns.items():
@@ -185,7 +186,8 @@ class OutputLayout:
             arrow_type = self._arrow_types[name]
             try:
                 pa.array(frame[name], type=arrow_type, from_pandas=True)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError, OverflowError) as error:
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError,
+                    OverflowError) as error:
                 index, bad = _first_bad_value(frame[name], arrow_type)
                 raise InvalidOutputError(
                     f"{_at(where, key_of, index)}: output column {name!r} expects {arrow_type} but got {bad!r} "

@@ -213,7 +213,7 @@ def _moved_message(key_group: int, record: VersionRecord, location: str, uid: st
         what, fix = f"uid={uid!r} but the checkpoint was written with uid={recorded_uid!r}", f"uid={recorded_uid!r}"
     else:
         what, fix = "a different state_storage", "the state_storage it was written with"
-    return (f"key group {key_group}'s committed state is in {redact_uri(record.location)}, but keyed_process now "
+    return (f"key group {key_group}'s committed state is in {redact_uri(record.location)}, but the query now "
             f"writes to {location} ({what}); reading one and writing the other would mix two states. Restart with "
             f"{fix}, or start from a new checkpoint location")
 

@@ -35,8 +35,8 @@ from keyedstate.state.rocksdb.versions import VersionRecord, Where
 from timers.codec import decode_key_group_blob, encode_record
 from timers.service import DEFAULT_SERVICE_NAME
 
-__all__ = ["savepoint_work_dir", "CHUNK_RECORDS", "CHUNK_SCHEMA", "SourceDecoder", "encode_chunk", "decode_chunk", "EVENT_TIMERS",
-           "PROCESSING_TIMERS"]
+__all__ = ["savepoint_work_dir", "CHUNK_RECORDS", "CHUNK_SCHEMA", "SourceDecoder", "encode_chunk", "decode_chunk",
+           "EVENT_TIMERS", "PROCESSING_TIMERS"]
 
 CHUNK_RECORDS = 20_000
 CHUNK_SCHEMA = "key_group INT, chunk BINARY"

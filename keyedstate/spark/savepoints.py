@@ -249,10 +249,10 @@ def stop_with_savepoint(
         raise ConfigurationError(f"query {query.id} committed no batch before it stopped: there is no state to save")
     if started and started[-1] > committed[-1]:
         raise ConfigurationError(
-            f"query {query.id} stopped inside batch {started[-1]}: the batch started but did not commit, so its outputs "
-            f"may be partly written and a new query would write them again. Restart the query on its checkpoint "
-            f"(Spark runs batch {started[-1]} again, exactly once) and call stop_with_savepoint when it is between "
-            f"batches (a trigger interval leaves time between them)")
+            f"query {query.id} stopped inside batch {started[-1]}: the batch started but did not commit, so its "
+            f"outputs may be partly written and a new query would write them again. Restart the query on its "
+            f"checkpoint (Spark runs batch {started[-1]} again, exactly once) and call stop_with_savepoint when it is "
+            f"between batches (a trigger interval leaves time between them)")
     batch = committed[-1]
     commits: tuple[Mapping[str, Any], ...] = ()
     if kafka_source_options is not None:

@@ -157,7 +157,8 @@ class StateTtlConfig:
         def set_ttl(self, ttl: Duration) -> "StateTtlConfig.Builder":
             return self._replaced(ttl_millis=duration_to_millis(ttl))
 
-        def set_ttl_time_characteristic(self, characteristic: "StateTtlConfig.TtlTimeCharacteristic") -> "StateTtlConfig.Builder":
+        def set_ttl_time_characteristic(
+                self, characteristic: "StateTtlConfig.TtlTimeCharacteristic") -> "StateTtlConfig.Builder":
             if characteristic is not StateTtlConfig.TtlTimeCharacteristic.ProcessingTime:
                 raise ConfigurationError("only processing-time TTL is supported (as in Flink)")
             return self
@@ -166,14 +167,16 @@ class StateTtlConfig:
             """Expired entries are left out of (and removed during) every snapshot."""
             return self._replaced(cleanup_full_snapshot=True)
 
-        def cleanup_incrementally(self, cleanup_size: int, run_cleanup_for_every_record: bool) -> "StateTtlConfig.Builder":
+        def cleanup_incrementally(self, cleanup_size: int,
+                                  run_cleanup_for_every_record: bool) -> "StateTtlConfig.Builder":
             """Heap backend: check ``cleanup_size`` more entries on state access (and on every record if asked)."""
             if cleanup_size < 0:
                 raise ConfigurationError(f"cleanup_size must be >= 0, got {cleanup_size}")
             return self._replaced(incremental_cleanup_size=cleanup_size,
                                   run_cleanup_for_every_record=run_cleanup_for_every_record)
 
-        def cleanup_in_rocksdb_compact_filter(self, query_time_after_num_entries: int = 1000) -> "StateTtlConfig.Builder":
+        def cleanup_in_rocksdb_compact_filter(
+                self, query_time_after_num_entries: int = 1000) -> "StateTtlConfig.Builder":
             """RocksDB backend: expired entries are purged by the background cleanup pass at snapshot time."""
             return self._replaced(cleanup_in_background=True)
 

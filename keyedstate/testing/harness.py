@@ -124,6 +124,7 @@ class KeyedHarnessBase:
                 raise ConfigurationError(f"options must be a keyedstate.spark.KeyedProcessOptions, got "
                                          f"{type(options).__qualname__}")
         self._job_parameters = dict(getattr(options, "job_parameters", None) or {})
+        self._snapshot_policy = getattr(options, "snapshot_policy", None)
         backend = settings.get("backend")
         kind = _agreed("backend", getattr(backend, "backend_kind", backend), options, "state_backend") or HEAP
         num_key_groups, alias = settings.get("num_key_groups"), settings.get("max_parallelism")
@@ -195,7 +196,7 @@ class KeyedHarnessBase:
 
     def _persistence(self) -> Any:
         if self._store is None:
-            self._store = harness_store(self.backend, self._checkpoint_dir)
+            self._store = harness_store(self.backend, self._checkpoint_dir, self._snapshot_policy)
         return self._store
 
     def _operator(self) -> KeyedProcessOperator:
@@ -347,11 +348,13 @@ class KeyedProcessHarness(KeyedHarnessBase):
 
     ``options`` is the :class:`keyedstate.spark.KeyedProcessOptions` the job passes to keyed_process, so a test runs
     with the job's settings: the harness takes its ``num_key_groups`` (None: the harness's default),
-    ``state_backend``, ``rocksdb_options`` and ``job_parameters`` (what ``runtime_context.get_job_parameter``
-    reads). A keyword argument given with another value than the options' is refused (``dataclasses.replace`` the
-    options instead). The fields that only mean something on Spark (``time_mode``, ``key_group_layout``,
-    ``processing_time_poll_interval_ms``, ``drop_late_events``, the metrics, ``state_storage`` and its options,
-    ``state_local_dir``, ``uid``, ``snapshot_policy``, ``initial_state``) are not used by the harness.
+    ``state_backend``, ``rocksdb_options``, ``snapshot_policy`` (when a RocksDB snapshot stores a key group's new
+    base instead of one more changelog, as on Spark) and ``job_parameters`` (what
+    ``runtime_context.get_job_parameter`` reads). A keyword argument given with another value than the options' is
+    refused (``dataclasses.replace`` the options instead). The fields that only mean something on Spark
+    (``time_mode``, ``key_group_layout``, ``processing_time_poll_interval_ms``, ``drop_late_events``, the metrics,
+    ``state_storage`` and its options, ``state_local_dir``, ``uid``, ``initial_state``) are not used by the
+    harness.
     """
 
     def __init__(self, function: KeyedProcessFunction, key_selector: Any, **settings: Unpack[HarnessSettings]) -> None:

@@ -310,13 +310,13 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
         return -1
 
 
-def harness_store(backend: KeyedStateBackend, checkpoint_dir: str) -> Any:
-    """The save/restore step for the harness's backend."""
+def harness_store(backend: KeyedStateBackend, checkpoint_dir: str, policy: Optional[SnapshotPolicy] = None) -> Any:
+    """The save/restore step for the harness's backend; ``policy`` decides a RocksDB key group's new bases."""
     if backend.backend_kind == HEAP:
         return HarnessRowStore(backend)
     if backend.backend_kind == ROCKSDB:
         assert isinstance(backend, RocksDBKeyedStateBackend)
-        return HarnessRocksDBStore(backend, CheckpointStorage(checkpoint_dir))
+        return HarnessRocksDBStore(backend, CheckpointStorage(checkpoint_dir), policy)
     raise ConfigurationError(
         f"the harness snapshots heap and RocksDB backends, got a backend of kind {backend.backend_kind!r}"
     )

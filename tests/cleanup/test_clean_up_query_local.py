@@ -111,6 +111,27 @@ def test_the_command_line_lists_removes_and_reports_refusals_with_exit_statuses(
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
 
 
+def test_the_command_line_takes_options_from_files_and_warns_about_secrets_typed_as_flags(tmp_path):
+    query = _stopped_query(tmp_path)
+    storage_file, kafka_file = tmp_path / "storage.json", tmp_path / "kafka.properties"
+    storage_file.write_text(json.dumps({"retry_seconds": 5}))
+    kafka_file.write_text("# the admin client's credentials\nsasl.password=file-secret-5678\n")
+    listed = _cli(str(query["checkpoint"]), "--state-storage", query["state_storage"], "--state-local-dir",
+                  query["state_local_dir"], "--dry-run", "--state-storage-options-file", str(storage_file),
+                  "--kafka-options-file", str(kafka_file), "--kafka-option", "sasl.password=typed-secret-1234",
+                  "--checkpoint-option", "secret_key=typed-secret-9012")
+    assert listed.returncode == 0, listed.stderr
+    assert "would remove" in listed.stdout
+    assert "--kafka-option sasl.password=... looks like a secret" in listed.stderr
+    assert "put it in --kafka-options-file" in listed.stderr
+    assert "--checkpoint-option secret_key=... looks like a secret" in listed.stderr
+    assert "--state-storage-option" not in listed.stderr and "--kafka-options-file sasl" not in listed.stderr
+    for secret in ("typed-secret-1234", "typed-secret-9012", "file-secret-5678"):
+        assert secret not in listed.stderr + listed.stdout
+    missing = _cli(str(query["checkpoint"]), "--dry-run", "--kafka-options-file", str(tmp_path / "none.json"))
+    assert missing.returncode == 2 and "--kafka-options-file: cannot read" in missing.stderr
+
+
 @pytest.mark.slow
 def test_a_checkpoint_given_as_a_hadoop_s3a_uri_is_read_and_deleted_on_s3(s3, tmp_path):
     from keyedstate.checkpoint import CheckpointStorage

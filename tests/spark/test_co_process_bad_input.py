@@ -3,6 +3,8 @@ both inputs' columns and the fix; an element callback that fails on Spark is nam
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pyspark.errors import StreamingQueryException
 
@@ -105,3 +107,5 @@ def test_a_failing_process_element2_is_named_with_its_key(spark, tmp_path):
     message = str(failure.value)
     assert "Nothing.process_element2 failed for key 'eu'" in message
     assert "ValueError: cannot read this payment" in message
+    assert re.search(r"keyed_co_process key group \d, batch 0: ", message)
+    assert "keyed_process key group" not in message

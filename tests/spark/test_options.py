@@ -135,7 +135,7 @@ def test_the_group_runtime_gives_the_function_the_job_parameters_or_the_default(
         spec = GroupFunctionSpec(f"job-parameters-{parameters}", ("user",), ("user",), "_kg", None, layout,
                                  KeyedProcessOptions(time_mode=PROCESSING_TIME, job_parameters=parameters))
         try:
-            runtime = cached_runtime(spec.runtime_id, lambda: GroupRuntime(spec, Greets()))
+            runtime = cached_runtime(spec.runtime_id, lambda spec=spec: GroupRuntime(spec, Greets()))
             seen.append(runtime.operator.function.greeting)
         finally:
             _RUNTIMES.pop(spec.runtime_id, None)

@@ -14,6 +14,7 @@ from keyedstate.state import AggregateFunction, AggregatingStateDescriptor, List
 from keyedstate.state import ReducingStateDescriptor, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, UserFunctionError
 from keyedstate.keygroups import key_group_of_key, key_group_range_for_partition
+from keyedstate.spark import KeyedProcessOptions
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_format import (
@@ -237,8 +238,9 @@ def test_rocksdb_snapshots_store_per_key_group_only_what_changed():
 
 
 def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs():
-    harness = KeyedProcessHarness(EveryState(), lambda v: v[0], backend="rocksdb").open()
-    harness._persistence().policy = SnapshotPolicy(max_changelogs=2, min_changelog_bytes=1 << 30)
+    policy = SnapshotPolicy(max_changelogs=2, min_changelog_bytes=1 << 30)
+    options = KeyedProcessOptions(state_backend="rocksdb", snapshot_policy=policy)  # the job's, as on Spark
+    harness = KeyedProcessHarness(EveryState(), lambda v: v[0], options=options).open()
     key_group = key_group_of_key(key_of(0), MAX_PARALLELISM)
     records = []
     for round_ in range(4):
@@ -258,9 +260,9 @@ def test_rocksdb_bases_are_taken_by_the_policy_and_restore_with_their_changelogs
 
 @pytest.mark.parametrize("damaged", ["changelog", "base"])
 def test_a_byte_flipped_in_a_stored_file_fails_the_restore_naming_the_file(damaged):
-    harness = KeyedProcessHarness(EveryState(), lambda v: v[0], backend="rocksdb").open()
-    if damaged == "base":
-        harness._persistence().policy = SnapshotPolicy(max_changelogs=0)
+    every_snapshot_a_base = SnapshotPolicy(max_changelogs=0) if damaged == "base" else None
+    options = KeyedProcessOptions(state_backend="rocksdb", snapshot_policy=every_snapshot_a_base)
+    harness = KeyedProcessHarness(EveryState(), lambda v: v[0], options=options).open()
     fill(harness, 10)
     snapshot = harness.snapshot()
     harness.close()

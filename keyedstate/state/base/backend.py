@@ -313,7 +313,8 @@ class KeyedStateBackend(KeyContext, ABC):
         removed = 0
         for registered in self._states.values():
             ttl = registered.descriptor.ttl_config
-            if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot or not only_snapshot_cleanup):
+            if ttl is not None and (ttl.cleanup_in_background or ttl.cleanup_full_snapshot
+                                    or not only_snapshot_cleanup):
                 removed += self._remove_expired_of(registered, now - ttl.ttl_millis)
         if removed:
             logger.debug("TTL cleanup removed %d expired entries from the %s backend", removed, self.backend_kind)

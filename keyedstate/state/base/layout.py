@@ -1,7 +1,8 @@
 """The byte layout of keyed state, shared by every backend and by snapshots.
 
 Every stored key starts with the key group (2 bytes, big-endian, :func:`keyedstate.keygroups.key_group_prefix`) and
-the encoded user key; that prefix is what rescaling and per-key-group scans use. After it come the encoded namespace and, per state kind:
+the encoded user key; that prefix is what rescaling and per-key-group scans use. After it come the encoded namespace
+and, per state kind:
 
 * value, reducing, aggregating: nothing more; the stored value is one entry.
 * map: the encoded map key; one entry per map key.

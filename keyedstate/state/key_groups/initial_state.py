@@ -162,8 +162,8 @@ def resolve_initial_state(initial_state: Union[str, os.PathLike[str], KeyedState
     elif isinstance(initial_state, (str, os.PathLike)):
         path, options = os.fspath(initial_state), storage_options
     else:
-        raise ConfigurationError(f"initial_state must be the path bootstrap_keyed_state or write_savepoint wrote to, or "
-                                 f"what they returned, got {type(initial_state).__qualname__}")
+        raise ConfigurationError(f"initial_state must be the path bootstrap_keyed_state or write_savepoint wrote to, "
+                                 f"or what they returned, got {type(initial_state).__qualname__}")
     if num_key_groups is None:
         raise ConfigurationError(f"initial_state needs key groups; {call} with num_key_groups=None cannot start "
                                  f"from a bootstrap. Pass the num_key_groups the bootstrap was written with")

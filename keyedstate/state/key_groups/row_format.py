@@ -22,7 +22,8 @@ import msgpack
 
 from keyedstate.errors import SnapshotCorruptedError
 
-__all__ = ["STATE_ROW_SCHEMA_DDL", "STATE_ROW_FORMAT_FULL", "STATE_ROW_FORMAT_ROCKSDB", "StateRow", "encode_state_payload", "decode_state_payload"]
+__all__ = ["STATE_ROW_SCHEMA_DDL", "STATE_ROW_FORMAT_FULL", "STATE_ROW_FORMAT_ROCKSDB", "StateRow",
+           "encode_state_payload", "decode_state_payload"]
 
 STATE_ROW_FORMAT_FULL = 1
 STATE_ROW_FORMAT_ROCKSDB = 2

@@ -18,7 +18,8 @@ from typing import Optional
 __all__ = ["TIMER_COUNTS_SUFFIX", "read_timer_counts", "write_timer_counts"]
 
 TIMER_COUNTS_SUFFIX = ".timer-counts"
-"""Appended to a key group's first database path for its file: ``<tag> <event-time timers> <processing-time timers>``."""
+"""Appended to a key group's first database path for its file: ``<tag> <event-time timers> <processing-time
+timers>``."""
 
 
 def read_timer_counts(path: str, tag: str) -> Optional[tuple[int, int]]:

@@ -14,8 +14,8 @@ __all__ = ["State"]
 class State:
     """Common base: the descriptor, the store and the namespace of one registered state."""
 
-    __slots__ = ("_descriptor", "_codec", "_store", "_backend", "_namespace", "_accepts", "_exact_types", "_ttl", "_return_expired",
-                 "_update_on_read")
+    __slots__ = ("_descriptor", "_codec", "_store", "_backend", "_namespace", "_accepts", "_exact_types", "_ttl",
+                 "_return_expired", "_update_on_read")
 
     def __init__(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any, backend: Any) -> None:
         self._descriptor = descriptor

@@ -27,7 +27,8 @@ class MapState(State):
 
     def put_all(self, dict_value: dict[Any, Any]) -> None:
         if not isinstance(dict_value, dict):
-            raise ConfigurationError(f"map state {self.name!r}: put_all takes a dict, got {type(dict_value).__qualname__}")
+            raise ConfigurationError(
+                f"map state {self.name!r}: put_all takes a dict, got {type(dict_value).__qualname__}")
         for value in dict_value.values():
             self._check(value)
         self._store.put_all(self._namespace, dict_value)
@@ -94,7 +95,8 @@ class TtlMapState(MapState):
 
     def put_all(self, dict_value: dict[Any, Any]) -> None:
         if not isinstance(dict_value, dict):
-            raise ConfigurationError(f"map state {self.name!r}: put_all takes a dict, got {type(dict_value).__qualname__}")
+            raise ConfigurationError(
+                f"map state {self.name!r}: put_all takes a dict, got {type(dict_value).__qualname__}")
         for value in dict_value.values():
             self._check(value)
         now = self._now()
