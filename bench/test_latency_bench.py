@@ -98,6 +98,7 @@ def summary(rounds: list[dict]) -> dict:
             for name, numerator, denominator in RATIOS}
 
 
+@pytest.mark.timeout(3600)  # 14 pipelines x 2 rounds of about 30 s each, plus set-up: past pytest's 900 s default
 def test_latency_interleaved(benchmark, spark, broker):  # noqa: F811 - the fixture imported above
     """Every (variant, rate) once per round, in turn; the benchmark's own time is that of a whole round."""
     pairs = runs()
