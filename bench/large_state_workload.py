@@ -38,6 +38,10 @@ import spark_workloads as W  # noqa: E402
 from inspect_memory import measure_inspection  # noqa: E402
 from run_sampling import WorkerMemory, bytes_written, files_under  # noqa: E402
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa: E402
+from keyedstate.spark import SnapshotPolicy  # noqa: E402
+
+# In any run of this many later batches every key group writes exactly one base (each batch touches every key group)
+BASE_CYCLE = SnapshotPolicy().max_changelogs + 1
 
 VARIANTS = ("heap", "rocksdb", "rocksdb_kg8", "rocksdb_s3", "tws")
 FEW_KEY_GROUPS = 8  # rocksdb_kg8: num_key_groups near the shuffle partition count (4), as docs/spark.md suggests
@@ -60,6 +64,8 @@ class Size:
     name: str
     keys: int
     changes: int  # keys changed per later batch
+    # batches the fill is split into: 40M keys in one micro-batch would measure Spark's shuffle of 3 GB, not state
+    fill_batches: int = 1
 
 
 SIZES = {
@@ -67,6 +73,8 @@ SIZES = {
     "200k": Size("200k", 200_000, 10_000),
     "1M": Size("1M", 1_000_000, 10_000),
     "4M": Size("4M", 4_000_000, 10_000),
+    # issue 35's large-state target; its own make target (bench-40m), about 30 minutes, outside make bench
+    "40M": Size("40M", 40_000_000, 10_000, fill_batches=10),
 }
 
 # --- input: one Parquet file per micro-batch, cached under .cache/spark-bench/data ------------------------------------
@@ -75,11 +83,17 @@ _HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2")
 
 
 def batch_columns(size: Size, batch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(key index, event time ms, payload bytes) of one batch; deterministic, so validation can recompute it."""
+    """(key index, event time ms, payload bytes) of one batch; deterministic, so validation can recompute it.
+    Batches below ``size.fill_batches`` fill the keys, each a slice of one permutation with event times after the
+    previous slice's, so no fill event is late."""
     rng = np.random.default_rng(1000 + batch)
-    if batch == 0:
-        index = rng.permutation(size.keys)
-        ts = W.BASE_TS_MS + rng.integers(0, W.SPAN_MS, size.keys)
+    if batch < size.fill_batches:
+        if size.fill_batches == 1:
+            index = rng.permutation(size.keys)
+        else:
+            index = np.array_split(np.random.default_rng(999).permutation(size.keys), size.fill_batches)[batch]
+        span = W.SPAN_MS // size.fill_batches
+        ts = W.BASE_TS_MS + batch * span + rng.integers(0, span, len(index))
     else:
         index = rng.choice(size.keys, size.changes, replace=False)
         ts = W.BASE_TS_MS + W.SPAN_MS + batch * BATCH_SPACING_MS + rng.integers(0, BATCH_SPACING_MS, len(index))
@@ -100,17 +114,19 @@ def _write(path: Path, keys: list[str], ts: np.ndarray, payload: np.ndarray) -> 
 
 
 def ensure_input(size: Size, later_batches: int) -> list[Path]:
-    """The fill file, ``later_batches`` change files, then two sentinel files (used only to validate)."""
-    directory = W.CACHE / "data" / f"large-state-{size.keys}-{size.changes}-{later_batches}"
-    files = [directory / f"part-{b:03d}.parquet" for b in range(later_batches + 3)]
+    """The fill files, ``later_batches`` change files, then two sentinel files (used only to validate)."""
+    fill = size.fill_batches
+    directory = W.CACHE / "data" / (f"large-state-{size.keys}-{size.changes}-{later_batches}"
+                                    + (f"-fill{fill}" if fill > 1 else ""))
+    files = [directory / f"part-{b:03d}.parquet" for b in range(fill + later_batches + 2)]
     if (directory / "_DONE").exists():
         return files
     directory.mkdir(parents=True, exist_ok=True)
-    for batch in range(later_batches + 1):
+    for batch in range(fill + later_batches):
         index, ts, payload = batch_columns(size, batch)
         _write(files[batch], W.key_names(index), ts, payload)
     # the first sentinel moves the watermark past every timer; timers fire in the batch after it
-    sentinel = W.BASE_TS_MS + W.SPAN_MS + (later_batches + 2) * BATCH_SPACING_MS + TIMEOUT_MS
+    sentinel = W.BASE_TS_MS + W.SPAN_MS + (fill + later_batches + 1) * BATCH_SPACING_MS + TIMEOUT_MS
     for offset, path in enumerate(files[-2:]):
         _write(path, ["sentinel"], np.array([sentinel + offset]), np.array([b"-"]))
     (directory / "_DONE").write_text("ok")
@@ -120,7 +136,7 @@ def ensure_input(size: Size, later_batches: int) -> list[Path]:
 def expected_output(size: Size, later_batches: int) -> dict[str, tuple[str, int]]:
     """key -> (payload, ts) of its last change: what its timer emits once the sentinels pass."""
     final: dict[str, tuple[str, int]] = {}
-    for batch in range(later_batches + 1):
+    for batch in range(size.fill_batches + later_batches):
         index, ts, payload = batch_columns(size, batch)
         final.update(zip(W.key_names(index), zip((p.decode() for p in payload.tolist()), ts.tolist())))
     return final
@@ -272,7 +288,7 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
         query = (output.writeStream.format("memory").queryName(name).outputMode("append")
                  .option("checkpointLocation", str(checkpoint)).trigger(processingTime="100 milliseconds").start())
         before = {what: files_under(path) for what, path in durable.items()}
-        for batch in range(later_batches + 1):
+        for batch in range(size.fill_batches + later_batches):
             if batch:
                 started = time.perf_counter()
                 feed(files[batch])
@@ -293,7 +309,7 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
         if fired:
             raise AssertionError(f"{variant}: {fired} timers fired while measuring; they must stay pending")
         if validate:
-            for batch, path in enumerate(files[-2:], later_batches + 1):
+            for batch, path in enumerate(files[-2:], size.fill_batches + later_batches):
                 feed(path)
                 _await_batch(query, batch)
             _check_output(variant, {r["key"]: (r["payload"], r["last"]) for r in spark.table(name).collect()},
@@ -302,7 +318,7 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
     inspected = {}
     if variant in INSPECT_VARIANTS and size.name in INSPECT_SIZES:
         # the last measured batch: every key with its value and one timer (validation's later batches fire them)
-        inspected = measure_inspection(spark, checkpoint, later_batches, size.keys,
+        inspected = measure_inspection(spark, checkpoint, size.fill_batches + later_batches - 1, size.keys,
                                        s3.storage_options() if s3 is not None else None)
         print(f"[large-state] {variant} {size.name}: inspector {inspected['inspect_s']:.1f} s, driver Python peak "
               f"{inspected['inspect_driver_python_peak_mb']:.1f} MB", flush=True)
@@ -314,7 +330,7 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
 
 def summarize(variant: str, size: Size, batches: list[dict], peaks: dict[int, int], validated: bool,
               scratch: Path) -> dict:
-    later = batches[1:]
+    fill, later = batches[:size.fill_batches], batches[size.fill_batches:]
     # the first later batch is a warm-up (first call of each worker after the fill); bytes keep every later batch,
     # so whatever a batch sets off for later (a base snapshot) is amortized over all of them
     timed = later[1:] or later
@@ -322,13 +338,19 @@ def summarize(variant: str, size: Size, batches: list[dict], peaks: dict[int, in
     def per_later_batch(field: str) -> float:
         return sum(b[field] for b in later) / len(later)
 
+    # After a fill the databases still merge the fill's files; the first bases after it upload that once. Runs with
+    # two base cycles or more also report the last cycle alone: what a batch costs once that has settled.
+    steady = later[-BASE_CYCLE:] if len(later) >= 2 * BASE_CYCLE else []
+
     return {
         "variant": variant, "size": size.name, "keys": size.keys, "changes": size.changes,
-        "later_batches": len(later), "fill_s": batches[0]["trigger_ms"] / 1000,
+        "later_batches": len(later), "fill_batches": len(fill), "fill_s": sum(b["trigger_ms"] for b in fill) / 1000,
         "later_median_s": statistics.median(b["trigger_ms"] for b in timed) / 1000,
         "later_wall_median_s": statistics.median(b["wall_s"] for b in timed),
         **{f"{what}_bytes_per_later_batch": per_later_batch(f"{what}_bytes")
            for what in ("durable", "checkpoint", "storage")},
+        "steady_batches": len(steady),
+        "steady_durable_bytes_per_batch": sum(b["durable_bytes"] for b in steady) / len(steady) if steady else None,
         "peak_worker_mb": max(peaks.values(), default=0) * 1024 / 1e6, "workers": len(peaks),  # VmHWM is in KiB
         # what is left at the end (the local RocksDB databases are not durable: reported, never counted)
         "final_dir_bytes": {d: sum(s for _, s in files_under(scratch / d).values())

@@ -21,6 +21,7 @@ LABELS = {
 }
 ORDER = ["heap", "rocksdb", "rocksdb_kg8", "rocksdb_s3", "tws"]
 SMALL, LARGE = 200_000, 4_000_000
+HUGE = 40_000_000  # issue 35's size: its own run (make bench-40m), with its own, tighter targets
 S3_SIZE = 1_000_000  # issue 18's S3 target
 # the row-mode figures the issue was opened with, shown when this run has no row-mode run at the large size
 EARLIER_ROW_MODE = {"bytes": "354 MB", "memory": "1.0 GB"}
@@ -59,7 +60,42 @@ def _sizes(runs: dict) -> tuple[int | None, int | None]:
     sizes = sorted({k for (v, k) in runs if v == "rocksdb"})
     if not sizes:
         return None, None
-    return (SMALL if SMALL in sizes else sizes[0]), (LARGE if LARGE in sizes else sizes[-1])
+    return (SMALL if SMALL in sizes else sizes[0]), (HUGE if HUGE in sizes else LARGE if LARGE in sizes else sizes[-1])
+
+
+def _later(run: dict) -> list[dict]:
+    return run["batches"][run.get("fill_batches", 1):]
+
+
+def huge_targets(runs: dict, small: int, large: int) -> list[dict]:
+    """Issue 35: a later batch at 40M keys costs at most 1.2x its cost at 200k, in the same run, with at most 10 MB
+    written durably per batch and Python workers under 600 MB; the fill time is reported."""
+    rocks_large, rocks_small = runs[("rocksdb", large)], runs.get(("rocksdb", small))
+    growth = rocks_small and small != large and _time(rocks_large) / _time(rocks_small)
+    at = f"{large:,} keys"
+    fill = statistics.median(r["fill_s"] for r in rocks_large)
+    fill_batches = rocks_large[0].get("fill_batches", 1)
+    steady = [r for r in rocks_large if r.get("steady_durable_bytes_per_batch") is not None]
+    written = (statistics.mean(r["steady_durable_bytes_per_batch"] for r in steady) if steady
+               else _bytes(rocks_large)) / 1e6
+    return [
+        bounded_target(f"RocksDB mode later-batch time, {at} vs {small:,} keys", growth or None, 1.2, True,
+                       growth and f"{growth:.2f}x ({_time(rocks_large):.2f} s vs {_time(rocks_small):.2f} s, median "
+                                  "later batch)", "<= 1.2x", "RocksDB mode time, 40M / 200k", why=WHY["growth"],
+                       issue="35"),
+        bounded_target(f"bytes written durably per later batch, RocksDB mode, {at}", written, 10, True,
+                       f"{written:.2f} MB" + (f" (the last {steady[0]['steady_batches']} later batches, one base per "
+                                              f"key group; {_bytes(rocks_large) / 1e6:.2f} MB over all "
+                                              f"{steady[0]['later_batches']}, whose first bases also upload the "
+                                              "fill's files merged once)" if steady else ""),
+                       "<= 10 MB", "RocksDB mode durable MB / batch", why=WHY["bytes"], issue="35"),
+        bounded_target(f"Python worker peak memory, RocksDB mode, {at}", _memory(rocks_large), 600, True,
+                       f"{_memory(rocks_large):,.0f} MB", "< 600 MB", "RocksDB mode worker peak MB", strict=True,
+                       why=WHY["memory"], issue="35"),
+        {"issue": "35", "target": f"fill time, RocksDB mode, {at}", "goal": "report", "status": "reported",
+         "measured": f"{fill:,.0f} s ({fill_batches} batches of {large // fill_batches:,} keys, "
+                     f"{large / fill:,.0f} keys/s)", "value": None, "why": None},
+    ]
 
 
 WHY = {
@@ -101,6 +137,8 @@ def bounded_target(text: str, value: float | None, threshold: float, at_most: bo
 def targets(rows: list[dict]) -> list[dict]:
     runs = large_state_runs(rows)
     small, large = _sizes(runs)
+    if large is not None and large >= HUGE:
+        return huge_targets(runs, small, large)
     rocks_large = runs.get(("rocksdb", large)) if large else None
     at = f"{large:,} keys" if large else f"{LARGE:,} keys"
     out = []
@@ -162,15 +200,19 @@ def _inspector_target(runs: dict) -> dict:
 
 
 def section(rows: list[dict], plot: bool) -> list[str]:
-    title = ["## Large state (issue 17)", ""]
+    title = ["## Large state (issues 17, 35)", ""]
     runs = large_state_runs(rows)
     if not runs:
         return title + ["Not measured in this run.", ""]
     batches = sorted({r["later_batches"] for rs in runs.values() for r in rs})
+    split = sorted({(k, r.get("fill_batches", 1)) for (_, k), rs in runs.items() for r in rs
+                    if r.get("fill_batches", 1) > 1})
+    fill = "Batch 0 fills the keys" + "".join(f" ({k:,} keys: the first {n} batches, {k // n:,} keys each, event "
+                                              "times ascending)" for k, n in split)
     lines = title + [
         f"`bench/test_large_state_bench.py` (workload: `bench/large_state_workload.py`): every key holds a ~80-byte "
-        "ValueState record and ONE pending event-time timer (30 days after its event, so none fires). Batch 0 fills "
-        f"the keys; each of the {'/'.join(map(str, batches))} later batches changes {_changes(runs)} keys (new "
+        "ValueState record and ONE pending event-time timer (30 days after its event, so none fires). "
+        f"{fill}; each of the {'/'.join(map(str, batches))} later batches changes {_changes(runs)} keys (new "
         "value, timer moved forward). One Parquet file per micro-batch, fed into the file source "
         "(maxFilesPerTrigger=1) only once the previous batch has finished, memory sink, `local[2]`, 4 shuffle "
         "partitions, RocksDB state store; every run is a fresh process and JVM with a fresh checkpoint.", "",
@@ -185,15 +227,15 @@ def section(rows: list[dict], plot: bool) -> list[str]:
         "durable and not counted.",
         "- **Python worker peak MB**: the largest VmHWM (/proc/<pid>/status, 10^6 bytes) of the run's Spark Python "
         "processes (command line naming `pyspark.daemon` or `pyspark.worker`, descendants of the run's driver), "
-        "sampled every second and after the last batch; it includes the fill batch.", "",
-        "| keys of state | variant | fill batch s | later batch s (median) | later batches s | MB durable per later "
+        "sampled every second and after the last batch; it includes the fill.", "",
+        "| keys of state | variant | fill s | later batch s (median) | later batches s | MB durable per later "
         "batch | of which state storage MB | largest batch MB | Python worker peak MB | load at start |",
         "|---:|---|---:|---:|---|---:|---:|---:|---:|---|"]
     for keys in sorted({k for _, k in runs}):
         for variant in [v for v in ORDER if (v, keys) in runs]:
             rs = runs[(variant, keys)]
-            later = [b["trigger_ms"] / 1000 for r in rs for b in r["batches"][1:]]
-            largest = max(b["durable_bytes"] for r in rs for b in r["batches"][1:]) / 1e6
+            later = [b["trigger_ms"] / 1000 for r in rs for b in _later(r)]
+            largest = max(b["durable_bytes"] for r in rs for b in _later(r)) / 1e6
             storage = statistics.mean(r["storage_bytes_per_later_batch"] for r in rs) / 1e6
             later_s = ", ".join(f"{x:.2f}" for x in later)
             loads = ", ".join(f"{r['load']:.1f}" for r in rs)

@@ -49,6 +49,7 @@ from keyedstate.spark_compat import (
     watermark_or_none,
 )
 from keyedstate.state.base.backend import StateMetadata
+from keyedstate.state.base.kinds import HEAP
 from keyedstate.state.base.layout import key_group_prefix
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.key_groups.store import KeyGroupStore, check_recorded_key_groups
@@ -56,6 +57,10 @@ from keyedstate.state.key_groups.store import KeyGroupStore, check_recorded_key_
 __all__ = ["GroupRuntime", "make_group_function", "cached_runtime"]
 
 logger = logging.getLogger("keyedstate.spark")
+
+LARGE_ROW_BYTES = 1024 * 1024
+"""A row-mode state row past this is rewritten whole at every batch that touches its key group: the cliff RocksDB
+mode avoids (docs/state-backends.md). About 128 MiB of state with the default 128 key groups."""
 
 
 class _BatchClock:
@@ -97,6 +102,7 @@ class GroupRuntime:
                                 message="The behavior of DataFrame concatenation with empty or all-NA entries")
         self.single_key = len(spec.key_columns) == 1
         self._checked_queries: set[str] = set()
+        self._warned_large_row = spec.options.state_backend != HEAP
 
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
@@ -219,6 +225,13 @@ class GroupRuntime:
         self.store.cleanup_expired_state()
         keys_with_state = self.store.keys_with_state() if self.spec.emits_metrics else 0
         written = self._persist(key_group, group_state, batch_id, watermark, now)
+        if written > LARGE_ROW_BYTES and not self._warned_large_row:
+            self._warned_large_row = True
+            logger.warning('%s key group %d, batch %s: row mode (state_backend="heap") rewrites this key group\'s '
+                           "whole state, %.1f MiB, in its Spark state row at every batch that touches it. If a "
+                           'batch changes a small part of the state, state_backend="rocksdb" writes only what '
+                           "changed (docs/state-backends.md); a savepoint moves a running job over. Logged once "
+                           "per Python worker.", self.call_name, key_group, batch_id, written / (1024 * 1024))
         marks = operator.outputs.key_marks
         records, _ = operator.outputs.drain()
         side = operator.outputs.drain_all_side()

@@ -183,6 +183,8 @@ def test_options_are_frozen_and_validated():
         RocksDBOptions(block_cache_bytes=0)
     with pytest.raises(ConfigurationError, match="lock_timeout_seconds"):
         RocksDBOptions(lock_timeout_seconds=-1)
+    with pytest.raises(ConfigurationError, match="compaction_style must be one of universal, level, got 'fifo'"):
+        RocksDBOptions(compaction_style="fifo")
 
 
 def test_custom_options_open_a_working_database(tmp_path):
