@@ -56,9 +56,10 @@ class RocksDBOptions:
     """``universal`` (default) or ``level``. A batch changes a few keys spread over the whole key range. Level
     compaction merges them into every file of the level below, so a key group's database is rewritten every few
     flushes and the next base snapshot uploads all of it. Universal compaction keeps them in small sorted runs that
-    merge among themselves, and rewrites the large run only when the small ones add up to twice its size: a new base
-    uploads about what changed (bench/results/large-state-40M). The cost is up to twice the disk space locally. A
-    database written with either style opens with the other."""
+    merge among themselves, and rewrites the large run only when the small ones add up to twice its size, so a base
+    written by the copy that wrote the previous one uploads about what changed (on Spark, a base written by another
+    worker's copy still uploads its whole database: docs/rocksdb-mode-design.md). The cost is up to twice the disk
+    space locally. A database written with either style opens with the other."""
     lock_timeout_seconds: float = 10.0
     """How long opening waits while another process holds the database lock before it fails."""
     lock_retry_interval_seconds: float = 0.05
