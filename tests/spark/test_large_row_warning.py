@@ -9,7 +9,7 @@ import pytest
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
 from keyedstate.spark import keyed_process
 from tests.spark.file_stream import write_input
-from tests.spark.test_slow_call_warning import _log_warnings_to
+from tests.spark.worker_logs import log_warnings_to
 
 pytestmark = pytest.mark.spark
 
@@ -21,7 +21,7 @@ class KeepsPayload(KeyedProcessFunction):
         self.log_directory = log_directory
 
     def open(self, runtime_context):
-        _log_warnings_to(self.log_directory)
+        log_warnings_to(self.log_directory)
         self.payload = runtime_context.get_state(ValueStateDescriptor("payload", Types.STRING()))
 
     def process_element(self, value, ctx):

@@ -4,8 +4,6 @@ keyed_process and keyed_co_process both take it, as every option."""
 
 from __future__ import annotations
 
-import logging
-import os
 import time
 
 import pytest
@@ -13,15 +11,9 @@ import pytest
 from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction
 from keyedstate.spark import keyed_co_process, keyed_process
 from tests.spark.file_stream import wait_until, write_input
+from tests.spark.worker_logs import log_warnings_to
 
 pytestmark = pytest.mark.spark
-
-
-def _log_warnings_to(directory: str) -> None:
-    """Spark's Python workers are other processes: their keyedstate warnings go to a file per process."""
-    handler = logging.FileHandler(os.path.join(directory, f"worker-{os.getpid()}.log"))
-    handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
-    logging.getLogger("keyedstate.spark").addHandler(handler)
 
 
 class SleepsPerElement(KeyedProcessFunction):
@@ -29,7 +21,7 @@ class SleepsPerElement(KeyedProcessFunction):
         self.log_directory = log_directory
 
     def open(self, runtime_context):
-        _log_warnings_to(self.log_directory)
+        log_warnings_to(self.log_directory)
 
     def process_element(self, value, ctx):
         time.sleep(0.02)
@@ -41,7 +33,7 @@ class SleepsPerElementOfBoth(KeyedCoProcessFunction):
         self.log_directory = log_directory
 
     def open(self, runtime_context):
-        _log_warnings_to(self.log_directory)
+        log_warnings_to(self.log_directory)
 
     def process_element1(self, value, ctx):
         time.sleep(0.02)
