@@ -297,6 +297,9 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
             database.close()
             shutil.rmtree(work, ignore_errors=True)
 
+    def live_sst_files(self) -> Optional[dict[str, int]]:
+        return None  # each base is a new database: none of its files is an earlier base's
+
     def state_metadata(self) -> list[StateMetadata]:
         return self.harness.state_metadata()
 

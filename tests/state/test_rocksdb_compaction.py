@@ -1,6 +1,8 @@
 """RocksDB compaction and base snapshots: a batch changes a few keys spread over a key group's whole key range, and a
 new base must upload about what changed, not the whole database again (issue 35: at most 10 MB per batch at 40M
-keys). Level compaction merges such changes into every file below, so it is kept only as an option."""
+keys). Level compaction merges such changes into every file below, so it is kept only as an option. And on Spark
+each worker keeps its own copy of a key group: only a copy that holds the stored base's files writes the next base,
+while the chain stays within the policy's wait."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import pytest
 
 from keyedstate import Types, ValueStateDescriptor
 from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.state.key_groups.versioned import save_version
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
-from keyedstate.state.rocksdb.versions import KeyGroupVersions
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy
 
 KEYS = 40_000
 CHANGED_PER_BATCH = 40
@@ -71,3 +74,81 @@ def test_a_database_written_with_one_compaction_style_opens_with_the_other(tmp_p
         assert value.value() == 1234
         backend.set_current_key("k1999")
         assert value.value() == 1999
+
+
+class LocalCopy:
+    """One worker's copy of the key group, as on Spark: it catches up from the changelogs it missed, or is rebuilt
+    from storage when it holds no version of the record's chain."""
+
+    def __init__(self, tmp_path, name: str) -> None:
+        self.path = str(tmp_path / name)
+        self.backend = KeyGroupRocksDBBackend(tmp_path / f"idle-{name}", num_key_groups=1,
+                                              options=RocksDBOptions(reuse_existing=True))
+        self.value = self.backend.get_or_create_state(ValueStateDescriptor("value", Types.STRING()))
+        self.tag = None
+
+    def call(self, versions, record, batch: int, keys, rng: random.Random, policy: SnapshotPolicy):
+        changelogs = versions.changelogs_after(record, self.tag) if record is not None else []
+        if changelogs is None:
+            changelogs = versions.restore(record, self.path)
+        self.backend.open_key_group(self.path, record_changes=record is not None)
+        for changelog in changelogs:
+            self.backend.replay(changelog)
+        for key in keys:
+            self.backend.set_current_key(f"k{key:06d}")
+            self.value.update(f"{rng.getrandbits(256):064x}")
+        new, written = save_version(self.backend, versions, record, self.backend.take_changes(), batch, policy,
+                                    100, self.path)
+        self.backend.close_key_group()
+        self.tag = new.tag
+        return new, written
+
+
+# Bases by count only; the fill is a changelog, so the second copy builds its own files by replaying it.
+EVERY_8_CALLS = SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40)
+
+
+def bases_of_two_copies(tmp_path, policy: SnapshotPolicy, schedule) -> list[tuple[int, int, int]]:
+    """(batch, bytes uploaded, bytes of the base) of each base after the first, the copies ``a`` and ``b`` running
+    the calls in the order ``schedule(batch)`` names them."""
+    versions = KeyGroupVersions(CheckpointStorage(tmp_path / "storage"), key_group=0, num_key_groups=1)
+    copies = {name: LocalCopy(tmp_path, name) for name in "ab"}
+    rng = random.Random(11)
+    record, bases = None, []
+    for batch in range(48):
+        keys = range(KEYS) if batch == 0 else rng.sample(range(KEYS), CHANGED_PER_BATCH)
+        previous = record
+        record, written = copies[schedule(batch)].call(versions, record, batch, keys, rng, policy)
+        if record.base_batch != (previous.base_batch if previous else None) and previous.base is not None:
+            bases.append((batch, written, record.base_bytes))
+    for local in copies.values():
+        local.backend.close()
+    return bases
+
+
+def alternate(batch: int) -> str:
+    return "ab"[batch % 2]
+
+
+def test_a_base_waits_for_the_copy_that_holds_the_stored_base_and_uploads_what_changed(tmp_path):
+    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate)
+    assert len(bases) >= 3, bases
+    assert all(uploaded < base / 5 for _, uploaded, base in bases), bases
+    assert all(alternate(batch) == alternate(bases[0][0]) for batch, _, _ in bases), bases  # one line of bases
+
+
+def test_without_the_wait_the_other_copy_uploads_the_whole_database(tmp_path):
+    """Why the wait exists: a copy with its own files (its own flushes and compactions) stores all of them again."""
+    bases = bases_of_two_copies(tmp_path, SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40,
+                                                         wait_for_descendant=0.0), alternate)
+    assert any(uploaded > base / 2 for _, uploaded, base in bases), bases
+
+
+def test_a_copy_without_the_base_files_writes_the_base_once_the_chain_passes_the_wait(tmp_path):
+    """The copy that wrote the first base is gone (its worker died): the other writes the next one, 16 changelogs
+    after the base instead of 8, and starts a new line of bases."""
+    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, lambda batch: "a" if batch in (0, 8) else "b")
+    waited = bases[0]
+    assert waited[0] == 8 + 2 * EVERY_8_CALLS.max_changelogs + 1, bases
+    assert waited[1] > waited[2] / 2, bases  # its own files: all uploaded
+    assert all(uploaded < base / 5 for _, uploaded, base in bases[1:]), bases  # it descends from its own base

@@ -10,11 +10,11 @@ import msgpack
 import pytest
 
 from keyedstate import Types, ValueStateDescriptor
-from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import SnapshotCorruptedError
+from keyedstate.errors import ConfigurationError, SnapshotCorruptedError
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
+from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
 
 @pytest.fixture
@@ -120,6 +120,15 @@ def test_the_policy_bounds_changelogs_by_count_and_by_size_relative_to_the_base(
     base = VersionRecord("t", object(), 1, 10_000)  # type: ignore[arg-type]
     assert not policy.wants_base(base, 4_000)
     assert policy.wants_base(base, 5_001)
+    assert not policy.must_write_base(base, 5_001)  # a copy holding few of the base's files may wait ...
+    assert policy.must_write_base(base, 10_001)  # ... for as much again (wait_for_descendant=1.0)
+
+
+@pytest.mark.parametrize("field, value", [("max_changelogs", -1), ("wait_for_descendant", -0.5),
+                                          ("min_changelog_bytes", "1 MiB"), ("changelog_to_base_ratio", None)])
+def test_a_policy_refuses_a_negative_or_non_numeric_bound(field, value):
+    with pytest.raises(ConfigurationError, match=f"SnapshotPolicy.{field} must be a number >= 0"):
+        SnapshotPolicy(**{field: value})
 
 
 def test_a_line_continued_from_an_older_retained_version_keeps_what_it_names_and_collects_the_abandoned_one(tmp_path):

@@ -17,7 +17,8 @@ per call), the base snapshot it builds on and the changelogs since, in durable s
 2. timers and elements run on the database, which records every write.
 3. ``save``: stores the writes as one changelog file, or, when the changelogs since the base grow past the
    :class:`~keyedstate.state.rocksdb.versions.SnapshotPolicy`, a new base snapshot (only SSTs not stored yet are
-   uploaded), and writes the row naming the new version.
+   uploaded, so a copy that holds few of the stored base's files leaves it to one that does, within the policy's
+   wait), and writes the row naming the new version.
 4. ``finish``: keeps the database open with the new tag for the key group's next call (when its copies keep it), or
    closes (flushes) it and writes the new ``TAG``; a failed call writes no tag. Only while the copy is still its own:
    if its directory was deleted meanwhile, another process may own the path, and the database is abandoned without
@@ -106,7 +107,10 @@ def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Opt
         return record, 0
     tag = uuid.uuid4().hex[:16]
     encoded = b"" if full_base else changes.encode()
-    if full_base or policy.wants_base(record, len(encoded)):
+    wants_base = full_base or policy.wants_base(record, len(encoded))
+    if wants_base and not full_base and record is not None and not policy.must_write_base(record, len(encoded)):
+        wants_base = versions.should_write_base(record, source.live_sst_files(), batch)  # else a later call's copy
+    if wants_base:
         bridge: tuple = ("", ())
         if record is not None and not full_base:  # a local database a few versions behind catches up across the base
             bridge = record.bridge_to_next_base(versions.store_changelog(encoded, batch, tag))

@@ -305,6 +305,10 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
         self.cleanup_expired_state()
         self._database.checkpoint(target)
 
+    def live_sst_files(self) -> Optional[dict[str, int]]:
+        """The SST files a checkpoint would link, path to size (a new base's files, but for the memtables')."""
+        return self._database.live_sst_files()
+
     def replay(self, changes: ChangeLog) -> None:
         """Write a stored :class:`~keyedstate.state.rocksdb.changelog.ChangeLog` into the database (not recorded
         again: it is stored already)."""

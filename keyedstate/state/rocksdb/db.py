@@ -244,6 +244,15 @@ class RocksDatabase:
                 return False
         return True
 
+    def live_sst_files(self) -> dict[str, int]:
+        """The SST files the database reads now, path to size (without what the memtables hold). A compaction
+        running meanwhile may delete one before the caller reads it."""
+        try:
+            files = self.db.live_files()
+        except Exception as error:
+            raise translate(error, "list the live SST files of the state database", self.path) from error
+        return {os.path.join(self.path, str(file["name"]).lstrip("/")): int(file["size"]) for file in files}
+
     def checkpoint(self, target: str) -> None:
         """A consistent copy of the database in ``target`` (hard links for SST files).
 

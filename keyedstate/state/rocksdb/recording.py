@@ -6,7 +6,7 @@ view of one key group of its one database (:mod:`keyedstate.testing.snapshots`).
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
@@ -16,9 +16,12 @@ __all__ = ["KeyGroupDatabases", "KeyGroupSource"]
 
 class KeyGroupSource(Protocol):
     """What a new base snapshot of one key group is made of: a RocksDB checkpoint holding exactly the key group's
-    state, timers and state metadata (expired TTL entries removed first), and what it holds."""
+    state, timers and state metadata (expired TTL entries removed first), and what it holds. ``live_sst_files``:
+    the SST files such a checkpoint would link, path to size, or None when a checkpoint writes new files (then no
+    copy holds a stored base's files)."""
 
     def checkpoint(self, target: str) -> None: ...
+    def live_sst_files(self) -> Optional[dict[str, int]]: ...
     def state_metadata(self) -> list[StateMetadata]: ...
     def raw_column_names(self) -> list[str]: ...
 

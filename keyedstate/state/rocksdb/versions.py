@@ -30,14 +30,15 @@ from typing import Optional, Protocol
 
 from keyedstate.checkpoint.manifest import FileEntry, SnapshotManifest
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.errors import SnapshotError
+from keyedstate.errors import ConfigurationError, SnapshotError
 from keyedstate.keygroups import KeyGroupRange
 from keyedstate.state.base.backend import StateMetadata
 from keyedstate.state.base.kinds import ROCKSDB
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.version_record import VersionRecord
 
-__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "ChangelogCache", "Where", "sha256_file"]
+__all__ = ["VersionRecord", "SnapshotPolicy", "KeyGroupVersions", "ChangelogCache", "Where", "sha256_file",
+           "SMALL_BASE_UPLOAD"]
 
 logger = logging.getLogger("keyedstate.checkpoint.versions")
 
@@ -53,20 +54,46 @@ class SnapshotPolicy:
     A new base is written when the changelogs since the base would exceed ``max_changelogs`` files, or more bytes
     than ``changelog_to_base_ratio`` times the base (at least ``min_changelog_bytes``): restore time stays bounded
     by about twice the base, and a base's upload is amortized over many calls.
+
+    A base uploads only the SST files the stored base does not have, so it is cheap only when written by a local
+    copy that holds them (the one that wrote or downloaded the stored base; on Spark each Python worker keeps its
+    own copy). A copy that holds less than half of them writes one more changelog instead, until the changelogs
+    pass the bounds above by ``wait_for_descendant`` times (1.0: twice as many files or bytes); then any copy
+    writes the base.
     """
 
     max_changelogs: int = 64
     changelog_to_base_ratio: float = 1.0
     min_changelog_bytes: int = 1024 * 1024
+    wait_for_descendant: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name, low in (("max_changelogs", 0), ("changelog_to_base_ratio", 0), ("min_changelog_bytes", 0),
+                          ("wait_for_descendant", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
+                raise ConfigurationError(f"SnapshotPolicy.{name} must be a number >= {low}, got {value!r}")
 
     def wants_base(self, record: Optional["VersionRecord"], new_changes_bytes: int) -> bool:
+        return self._past_bounds(record, new_changes_bytes, 1.0)
+
+    def must_write_base(self, record: Optional["VersionRecord"], new_changes_bytes: int) -> bool:
+        """Past the bounds by ``wait_for_descendant``: a copy that holds few of the stored base's files writes the
+        base too."""
+        return self._past_bounds(record, new_changes_bytes, 1.0 + self.wait_for_descendant)
+
+    def _past_bounds(self, record: Optional["VersionRecord"], new_changes_bytes: int, factor: float) -> bool:
         if record is None or record.base is None:
             pending = (record.changelog_bytes if record else 0) + new_changes_bytes
             count = (len(record.changelogs) if record else 0) + 1
-            return count > self.max_changelogs or pending > self.min_changelog_bytes
+            return count > self.max_changelogs * factor or pending > self.min_changelog_bytes * factor
         pending = record.changelog_bytes + new_changes_bytes
         bound = max(self.min_changelog_bytes, int(record.base_bytes * self.changelog_to_base_ratio))
-        return len(record.changelogs) + 1 > self.max_changelogs or pending > bound
+        return len(record.changelogs) + 1 > self.max_changelogs * factor or pending > bound * factor
+
+
+SMALL_BASE_UPLOAD = 1024 * 1024
+"""A base that uploads less than this is written when the policy asks, by any copy: waiting would save little."""
 
 
 def sha256_file(path: str) -> str:
@@ -229,7 +256,35 @@ class KeyGroupVersions:
         if self.cache is not None:
             self.cache.retain_only({entry.name for entry in new.bridge})
         self.collect_garbage(new)
+        logger.debug("key group %d: the base of batch %d uploaded %d of its %d bytes", self.key_group, batch, uploaded,
+                     manifest.total_bytes)
         return new, uploaded
+
+    def should_write_base(self, record: VersionRecord, live_files: Optional[dict[str, int]], batch: int) -> bool:
+        """Whether a new base written from a local database with these SSTs (path to size) uploads little: at least
+        half of their bytes are files ``record``'s base stored already, or the rest is under
+        :data:`SMALL_BASE_UPLOAD`. True when unknown (no live files named, no base, or its manifest unreadable). Only
+        files whose name and size match a stored one are hashed, so a copy that holds none of them costs a
+        directory listing."""
+        total = sum(live_files.values()) if live_files else 0
+        if not live_files or total < SMALL_BASE_UPLOAD:
+            return True
+        stored = {(entry.name, entry.size): entry.checksum for entry in self._stored_ssts(record).values()}
+        if not stored:
+            return True
+        shared = 0
+        for path, size in live_files.items():
+            checksum = stored.get((os.path.basename(path), size))
+            try:
+                if checksum is not None and sha256_file(path) == checksum:
+                    shared += size
+            except OSError:
+                pass  # compacted away meanwhile: not part of the next base
+        if shared * 2 >= total or total - shared < SMALL_BASE_UPLOAD:
+            return True
+        logger.debug("key group %d, batch %d: a changelog instead of the base the policy asks for: this copy holds "
+                     "%.0f%% of the stored base's files", self.key_group, batch, 100 * shared / total)
+        return False
 
     def _stored_ssts(self, record: Optional[VersionRecord]) -> dict[str, FileEntry]:
         if record is None or record.base is None:
