@@ -108,15 +108,19 @@ class LocalCopy:
 EVERY_8_CALLS = SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40)
 
 
-def bases_of_two_copies(tmp_path, policy: SnapshotPolicy, schedule) -> list[tuple[int, int, int]]:
+def bases_of_two_copies(tmp_path, policy: SnapshotPolicy, schedule, new_keys_per_batch: int = 0
+                        ) -> list[tuple[int, int, int]]:
     """(batch, bytes uploaded, bytes of the base) of each base after the first, the copies ``a`` and ``b`` running
-    the calls in the order ``schedule(batch)`` names them."""
+    the calls in the order ``schedule(batch)`` names them; every later batch changes a few keys, and adds
+    ``new_keys_per_batch`` new ones."""
     versions = KeyGroupVersions(CheckpointStorage(tmp_path / "storage"), key_group=0, num_key_groups=1)
     copies = {name: LocalCopy(tmp_path, name) for name in "ab"}
     rng = random.Random(11)
     record, bases = None, []
     for batch in range(48):
         keys = range(KEYS) if batch == 0 else rng.sample(range(KEYS), CHANGED_PER_BATCH)
+        if batch and new_keys_per_batch:
+            keys = list(keys) + list(range(KEYS + batch * new_keys_per_batch, KEYS + (batch + 1) * new_keys_per_batch))
         previous = record
         record, written = copies[schedule(batch)].call(versions, record, batch, keys, rng, policy)
         if record.base_batch != (previous.base_batch if previous else None) and previous.base is not None:
@@ -135,6 +139,15 @@ def test_a_base_waits_for_the_copy_that_holds_the_stored_base_and_uploads_what_c
     assert len(bases) >= 3, bases
     assert all(uploaded < base / 5 for _, uploaded, base in bases), bases
     assert all(alternate(batch) == alternate(bases[0][0]) for batch, _, _ in bases), bases  # one line of bases
+
+
+def test_the_copy_that_holds_the_base_writes_the_next_even_when_the_state_grew_past_it(tmp_path):
+    """As while a bulk load runs: what the next base uploads is mostly new, yet the copy holding the stored base's
+    files uploads only that, while the other would upload all of it again."""
+    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, new_keys_per_batch=KEYS // 8)
+    assert [batch for batch, _, _ in bases] == [18, 28, 38], bases  # one call after the policy asks: no wait
+    grown = [base - previous for (_, _, previous), (_, _, base) in zip([(0, 0, 0)] + bases, bases)][1:]
+    assert all(uploaded < 1.5 * growth for (_, uploaded, _), growth in zip(bases[1:], grown)), (bases, grown)
 
 
 def test_without_the_wait_the_other_copy_uploads_the_whole_database(tmp_path):

@@ -57,7 +57,7 @@ class SnapshotPolicy:
 
     A base uploads only the SST files the stored base does not have, so it is cheap only when written by a local
     copy that holds them (the one that wrote or downloaded the stored base; on Spark each Python worker keeps its
-    own copy). A copy that holds less than half of them writes one more changelog instead, until the changelogs
+    own copy). A copy that holds less than half of their bytes writes one more changelog instead, until the changelogs
     pass the bounds above by ``wait_for_descendant`` times (1.0: twice as many files or bytes); then any copy
     writes the base.
     """
@@ -261,16 +261,17 @@ class KeyGroupVersions:
         return new, uploaded
 
     def should_write_base(self, record: VersionRecord, live_files: Optional[dict[str, int]], batch: int) -> bool:
-        """Whether a new base written from a local database with these SSTs (path to size) uploads little: at least
-        half of their bytes are files ``record``'s base stored already, or the rest is under
-        :data:`SMALL_BASE_UPLOAD`. True when unknown (no live files named, no base, or its manifest unreadable). Only
-        files whose name and size match a stored one are hashed, so a copy that holds none of them costs a
-        directory listing."""
+        """Whether a new base written from a local database with these SSTs (path to size) uploads about what
+        changed since ``record``'s base: the database still holds at least half of the base's SST bytes (it wrote
+        or downloaded that base), or what it would upload is under :data:`SMALL_BASE_UPLOAD`. True when unknown
+        (no live files named, no base, or its manifest unreadable). Only files whose name and size match a stored
+        one are hashed, so a copy that holds none of them costs a directory listing."""
         total = sum(live_files.values()) if live_files else 0
         if not live_files or total < SMALL_BASE_UPLOAD:
             return True
         stored = {(entry.name, entry.size): entry.checksum for entry in self._stored_ssts(record).values()}
-        if not stored:
+        stored_bytes = sum(size for _, size in stored)
+        if not stored_bytes:
             return True
         shared = 0
         for path, size in live_files.items():
@@ -280,10 +281,10 @@ class KeyGroupVersions:
                     shared += size
             except OSError:
                 pass  # compacted away meanwhile: not part of the next base
-        if shared * 2 >= total or total - shared < SMALL_BASE_UPLOAD:
+        if shared * 2 >= stored_bytes or total - shared < SMALL_BASE_UPLOAD:
             return True
         logger.debug("key group %d, batch %d: a changelog instead of the base the policy asks for: this copy holds "
-                     "%.0f%% of the stored base's files", self.key_group, batch, 100 * shared / total)
+                     "%.0f%% of the stored base's files", self.key_group, batch, 100 * shared / stored_bytes)
         return False
 
     def _stored_ssts(self, record: Optional[VersionRecord]) -> dict[str, FileEntry]:
