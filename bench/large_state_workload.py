@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import spark_workloads as W  # noqa: E402
 from inspect_memory import measure_inspection  # noqa: E402
-from run_sampling import WorkerMemory, bytes_written, files_under  # noqa: E402
+from run_sampling import WorkerMemory, bytes_written, files_under, new_bases  # noqa: E402
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa: E402
 from keyedstate.spark import SnapshotPolicy  # noqa: E402
 
@@ -299,11 +299,14 @@ def run_variant(variant: str, size: Size, later_batches: int, scratch: Path, val
             batches.append({"batch": batch, "rows": progress["numInputRows"], "wall_s": round(wall, 3),
                             "trigger_ms": progress["durationMs"].get("triggerExecution"),
                             "addBatch_ms": progress["durationMs"].get("addBatch"),
-                            "durable_bytes": sum(written.values()), **written})
+                            "durable_bytes": sum(written.values()), **written,
+                            "bases": new_bases(before["storage"], after["storage"])})
             before = after
+            bases = batches[-1]["bases"]
             print(f"[large-state] {variant} {size.name} batch {batch}: {progress['numInputRows']:,} rows, "
-                  f"{batches[-1]['trigger_ms'] / 1000:.2f} s, {batches[-1]['durable_bytes'] / 1e6:.2f} MB durable",
-                  flush=True)
+                  f"{batches[-1]['trigger_ms'] / 1000:.2f} s, {batches[-1]['durable_bytes'] / 1e6:.2f} MB durable"
+                  + (f", {len(bases)} bases uploading {sum(u for u, _ in bases) / 1e6:.1f} of "
+                     f"{sum(t for _, t in bases) / 1e6:.1f} MB" if bases else ""), flush=True)
         memory.sample()
         fired = spark.table(name).count()
         if fired:
@@ -350,6 +353,11 @@ def summarize(variant: str, size: Size, batches: list[dict], peaks: dict[int, in
         **{f"{what}_bytes_per_later_batch": per_later_batch(f"{what}_bytes")
            for what in ("durable", "checkpoint", "storage")},
         "steady_batches": len(steady),
+        # base snapshots written in those batches, and how many uploaded more than half of their database
+        **{f"{name}_bases": sum(len(b.get("bases", ())) for b in window) for name, window in
+           (("later", later), ("steady", steady))},
+        **{f"{name}_whole_bases": sum(1 for b in window for up, total in b.get("bases", ()) if up * 2 > total)
+           for name, window in (("later", later), ("steady", steady))},
         "steady_durable_bytes_per_batch": sum(b["durable_bytes"] for b in steady) / len(steady) if steady else None,
         "peak_worker_mb": max(peaks.values(), default=0) * 1024 / 1e6, "workers": len(peaks),  # VmHWM is in KiB
         # what is left at the end (the local RocksDB databases are not durable: reported, never counted)

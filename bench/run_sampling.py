@@ -1,8 +1,10 @@
-"""What a benchmark run measures besides time: bytes written below a directory between two samples, and the peak
-resident memory of the run's Spark Python workers (used by bench/large_state_workload.py)."""
+"""What a benchmark run measures besides time: bytes written below a directory between two samples, the base
+snapshots RocksDB mode wrote meanwhile, and the peak resident memory of the run's Spark Python workers (used by
+bench/large_state_workload.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from pathlib import Path
@@ -32,6 +34,24 @@ def bytes_written(before: dict, after: dict) -> int:
         elif size > old[1]:
             total += size - old[1]
     return total
+
+
+def new_bases(before: dict, after: dict) -> list[tuple[int, int]]:
+    """(bytes uploaded, bytes of the base) of each RocksDB-mode base snapshot whose manifest
+    (``kg-<key group>/b<batch>-<tag>.json``) appeared between two samples of the state storage."""
+    bases = []
+    for path, (inode, _) in after.items():
+        name, directory = os.path.basename(path), os.path.basename(os.path.dirname(path))
+        if not (name.startswith("b") and name.endswith(".json") and directory.startswith("kg-")):
+            continue
+        if path in before and before[path][0] == inode:
+            continue
+        try:
+            manifest = json.loads(Path(path).read_text())
+        except (OSError, ValueError):  # collected meanwhile
+            continue
+        bases.append((int(manifest["uploaded_bytes"]), int(manifest["total_bytes"])))
+    return bases
 
 
 def _descendants(root: int) -> list[int]:
