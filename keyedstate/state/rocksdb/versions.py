@@ -68,11 +68,10 @@ class SnapshotPolicy:
     wait_for_descendant: float = 1.0
 
     def __post_init__(self) -> None:
-        for name, low in (("max_changelogs", 0), ("changelog_to_base_ratio", 0), ("min_changelog_bytes", 0),
-                          ("wait_for_descendant", 0)):
+        for name in ("max_changelogs", "changelog_to_base_ratio", "min_changelog_bytes", "wait_for_descendant"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low:
-                raise ConfigurationError(f"SnapshotPolicy.{name} must be a number >= {low}, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigurationError(f"SnapshotPolicy.{name} must be a number >= 0, got {value!r}")
 
     def wants_base(self, record: Optional["VersionRecord"], new_changes_bytes: int) -> bool:
         return self._past_bounds(record, new_changes_bytes, 1.0)
