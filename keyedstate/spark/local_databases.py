@@ -44,8 +44,8 @@ from typing import Optional
 
 from keyedstate.errors import StateBackendLockedError
 from keyedstate.spark.local_changelogs import CHANGELOGS_SUFFIX
+from keyedstate.state.key_groups.copy_markers import TAG_FILE, read_tag, remove_tag, write_tag
 from keyedstate.state.key_groups.timer_counts import TIMER_COUNTS_SUFFIX
-from keyedstate.state.key_groups.versioned import TAG_FILE, read_tag, remove_tag, write_tag
 
 __all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "MAX_COPIES", "process_alive"]
 

@@ -32,8 +32,9 @@ from keyedstate.spark.open_databases import OpenDatabases, abandon, open_databas
 from keyedstate.spark.query_settings import operator_storage_location
 from keyedstate.spark.storage_claims import check_single_writer
 from keyedstate.spark_compat import current_query_id, current_run_id, task_partition_id
+from keyedstate.state.key_groups.copy_markers import read_tag
 from keyedstate.state.key_groups.initial_state import InitialState
-from keyedstate.state.key_groups.versioned import LocalCopy, RocksDBKeyGroupStore, read_tag
+from keyedstate.state.key_groups.versioned import LocalCopy, RocksDBKeyGroupStore
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.options import ARENA_BLOCK_BYTES, RocksDBOptions
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord

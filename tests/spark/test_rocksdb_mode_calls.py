@@ -261,3 +261,25 @@ def test_two_worker_processes_keep_a_copy_each_and_neither_rebuilds_after_its_fi
     finally:
         other.stdin.close()
         other.wait(timeout=60)
+
+
+def test_a_copy_marks_the_base_it_wrote_and_one_rebuilt_from_storage_the_base_it_downloaded(worker, tmp_path):
+    """What decides which copy writes the next base (keyedstate.state.key_groups.copy_markers): the copy that holds
+    the stored base's files, even after compaction replaced them."""
+    from keyedstate.spark import SnapshotPolicy
+    from keyedstate.state.key_groups.copy_markers import holds_base
+    from keyedstate.state.key_groups.versioned import committed_version
+
+    function, state = worker(reuse=False, snapshot_policy=SnapshotPolicy(max_changelogs=2)), FakeGroupState()
+    for _ in range(3):
+        call(function, ["a"], state)
+    written = committed_version(state, 8)
+    assert written.base is not None and not written.changelogs  # the third call wrote a base
+    path = database_path(tmp_path)
+    assert holds_base(path, written)
+    call(function, ["a"], state)
+    assert holds_base(path, committed_version(state, 8))  # a changelog since: the same base
+    shutil.rmtree(path)
+    assert call(function, ["a"], state) == [("a", 5)]  # rebuilt from the base and its changelog
+    rebuilt = committed_version(state, 8)
+    assert rebuilt.base == written.base and holds_base(database_path(tmp_path), rebuilt)

@@ -2,7 +2,8 @@
 new base must upload about what changed, not the whole database again (issue 35: at most 10 MB per batch at 40M
 keys). Level compaction merges such changes into every file below, so it is kept only as an option. And on Spark
 each worker keeps its own copy of a key group: only a copy that holds the stored base's files writes the next base,
-while the chain stays within the policy's wait."""
+while the chain stays within the policy's wait, or the one that wrote (or downloaded) it, even after compaction
+replaced its files."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from keyedstate import Types, ValueStateDescriptor
 from keyedstate.checkpoint.storage import CheckpointStorage
+from keyedstate.state.key_groups.copy_markers import holds_base, mark_base
 from keyedstate.state.key_groups.versioned import save_version
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
@@ -77,11 +79,13 @@ def test_a_database_written_with_one_compaction_style_opens_with_the_other(tmp_p
 
 
 class LocalCopy:
-    """One worker's copy of the key group, as on Spark: it catches up from the changelogs it missed, or is rebuilt
-    from storage when it holds no version of the record's chain."""
+    """One worker's copy of the key group, as on Spark's store: it catches up from the changelogs it missed, or is
+    rebuilt from storage when it holds no version of the record's chain; it marks the base it wrote or downloaded
+    unless ``marks_bases`` is False."""
 
-    def __init__(self, tmp_path, name: str) -> None:
+    def __init__(self, tmp_path, name: str, marks_bases: bool = True) -> None:
         self.path = str(tmp_path / name)
+        self.marks_bases = marks_bases
         self.backend = KeyGroupRocksDBBackend(tmp_path / f"idle-{name}", num_key_groups=1,
                                               options=RocksDBOptions(reuse_existing=True))
         self.value = self.backend.get_or_create_state(ValueStateDescriptor("value", Types.STRING()))
@@ -91,6 +95,8 @@ class LocalCopy:
         changelogs = versions.changelogs_after(record, self.tag) if record is not None else []
         if changelogs is None:
             changelogs = versions.restore(record, self.path)
+            if self.marks_bases:
+                mark_base(self.path, record)
         self.backend.open_key_group(self.path, record_changes=record is not None)
         for changelog in changelogs:
             self.backend.replay(changelog)
@@ -98,7 +104,9 @@ class LocalCopy:
             self.backend.set_current_key(f"k{key:06d}")
             self.value.update(f"{rng.getrandbits(256):064x}")
         new, written = save_version(self.backend, versions, record, self.backend.take_changes(), batch, policy,
-                                    100, self.path)
+                                    100, self.path, holds_base=holds_base(self.path, record))
+        if self.marks_bases and record is not None and new.base_batch != record.base_batch:
+            mark_base(self.path, new)
         self.backend.close_key_group()
         self.tag = new.tag
         return new, written
@@ -108,23 +116,24 @@ class LocalCopy:
 EVERY_8_CALLS = SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40)
 
 
-def bases_of_two_copies(tmp_path, policy: SnapshotPolicy, schedule, new_keys_per_batch: int = 0
-                        ) -> list[tuple[int, int, int]]:
-    """(batch, bytes uploaded, bytes of the base) of each base after the first, the copies ``a`` and ``b`` running
-    the calls in the order ``schedule(batch)`` names them; every later batch changes a few keys, and adds
-    ``new_keys_per_batch`` new ones."""
+def bases_of_two_copies(tmp_path, policy: SnapshotPolicy, schedule, new_keys_per_batch=lambda batch: 0,
+                        marks_bases: bool = True) -> list[tuple[int, int, int, str]]:
+    """(batch, bytes uploaded, bytes of the base, copy) of each base after the first, the copies ``a`` and ``b``
+    running the calls in the order ``schedule(batch)`` names them; every later batch changes a few keys, and adds
+    ``new_keys_per_batch(batch)`` new ones."""
     versions = KeyGroupVersions(CheckpointStorage(tmp_path / "storage"), key_group=0, num_key_groups=1)
-    copies = {name: LocalCopy(tmp_path, name) for name in "ab"}
+    copies = {name: LocalCopy(tmp_path, name, marks_bases) for name in "ab"}
     rng = random.Random(11)
-    record, bases = None, []
+    record, bases, next_key = None, [], KEYS
     for batch in range(48):
         keys = range(KEYS) if batch == 0 else rng.sample(range(KEYS), CHANGED_PER_BATCH)
-        if batch and new_keys_per_batch:
-            keys = list(keys) + list(range(KEYS + batch * new_keys_per_batch, KEYS + (batch + 1) * new_keys_per_batch))
+        if batch and new_keys_per_batch(batch):
+            keys = list(keys) + list(range(next_key, next_key + new_keys_per_batch(batch)))
+            next_key += new_keys_per_batch(batch)
         previous = record
         record, written = copies[schedule(batch)].call(versions, record, batch, keys, rng, policy)
         if record.base_batch != (previous.base_batch if previous else None) and previous.base is not None:
-            bases.append((batch, written, record.base_bytes))
+            bases.append((batch, written, record.base_bytes, schedule(batch)))
     for local in copies.values():
         local.backend.close()
     return bases
@@ -137,24 +146,24 @@ def alternate(batch: int) -> str:
 def test_a_base_waits_for_the_copy_that_holds_the_stored_base_and_uploads_what_changed(tmp_path):
     bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate)
     assert len(bases) >= 3, bases
-    assert all(uploaded < base / 5 for _, uploaded, base in bases), bases
-    assert all(alternate(batch) == alternate(bases[0][0]) for batch, _, _ in bases), bases  # one line of bases
+    assert all(uploaded < base / 5 for _, uploaded, base, _ in bases), bases
+    assert len({copy for *_, copy in bases}) == 1, bases  # one line of bases
 
 
 def test_the_copy_that_holds_the_base_writes_the_next_even_when_the_state_grew_past_it(tmp_path):
     """As while a bulk load runs: what the next base uploads is mostly new, yet the copy holding the stored base's
     files uploads only that, while the other would upload all of it again."""
-    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, new_keys_per_batch=KEYS // 8)
-    assert [batch for batch, _, _ in bases] == [18, 28, 38], bases  # one call after the policy asks: no wait
-    grown = [base - previous for (_, _, previous), (_, _, base) in zip([(0, 0, 0)] + bases, bases)][1:]
-    assert all(uploaded < 1.5 * growth for (_, uploaded, _), growth in zip(bases[1:], grown)), (bases, grown)
+    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, new_keys_per_batch=lambda batch: KEYS // 8)
+    assert [batch for batch, *_ in bases] == [18, 28, 38], bases  # one call after the policy asks: no wait
+    grown = [base - previous for (_, _, previous, _), (_, _, base, _) in zip([(0, 0, 0, "")] + bases, bases)][1:]
+    assert all(uploaded < 1.5 * growth for (_, uploaded, _, _), growth in zip(bases[1:], grown)), (bases, grown)
 
 
 def test_without_the_wait_the_other_copy_uploads_the_whole_database(tmp_path):
     """Why the wait exists: a copy with its own files (its own flushes and compactions) stores all of them again."""
     bases = bases_of_two_copies(tmp_path, SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40,
                                                          wait_for_descendant=0.0), alternate)
-    assert any(uploaded > base / 2 for _, uploaded, base in bases), bases
+    assert any(uploaded > base / 2 for _, uploaded, base, _ in bases), bases
 
 
 def test_a_copy_without_the_base_files_writes_the_base_once_the_chain_passes_the_wait(tmp_path):
@@ -164,4 +173,25 @@ def test_a_copy_without_the_base_files_writes_the_base_once_the_chain_passes_the
     waited = bases[0]
     assert waited[0] == 8 + 2 * EVERY_8_CALLS.max_changelogs + 1, bases
     assert waited[1] > waited[2] / 2, bases  # its own files: all uploaded
-    assert all(uploaded < base / 5 for _, uploaded, base in bases[1:]), bases  # it descends from its own base
+    assert all(uploaded < base / 5 for _, uploaded, base, _ in bases[1:]), bases  # it descends from its own base
+
+
+def bulk_load_past_a_base(batch: int) -> int:
+    """New keys per batch: a base at batch 8, then four times its keys: universal compaction's size-amplification
+    rule merges every sorted run, the base's files among them, as a bulk load does at 40M keys."""
+    return 5_000 if batch <= 8 else 40_000 if batch <= 16 else 0
+
+
+def test_after_compaction_replaced_the_base_files_the_copy_that_wrote_it_writes_the_next_at_once(tmp_path):
+    """No copy holds the files of a base written during a bulk load any more: waiting for one would only lengthen
+    the chain, so the copy that wrote the base writes the next one when the policy asks (whole, once)."""
+    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, bulk_load_past_a_base)
+    assert (bases[0][0], bases[0][3]) == (18, "a"), bases  # one call after the policy asks, as without compaction
+    assert bases[0][1] > bases[0][2] / 2, bases  # compaction left none of the base's files: all uploaded
+    assert all(uploaded < base / 5 for _, uploaded, base, _ in bases[1:]), bases  # then the line holds
+
+
+def test_without_knowing_which_copy_wrote_the_base_every_copy_waits_to_the_bound(tmp_path):
+    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, bulk_load_past_a_base, marks_bases=False)
+    assert bases[0][0] == 8 + 2 * EVERY_8_CALLS.max_changelogs + 1, bases
+    assert bases[0][1] > bases[0][2] / 2, bases  # as much uploaded, only later

@@ -42,6 +42,7 @@ from typing import Any, Optional, Protocol
 from keyedstate.errors import SnapshotCorruptedError, StateBackendError, StateVersionNotRetainedError
 from keyedstate.state.base.backend import KeyedStateBackend
 from keyedstate.state.base.kinds import ROCKSDB
+from keyedstate.state.key_groups.copy_markers import holds_base, mark_base, remove_tag, write_tag
 from keyedstate.state.key_groups.initial_state import InitialState, check_origin
 from keyedstate.state.key_groups.row_format import STATE_ROW_FORMAT_ROCKSDB, StateRow
 from keyedstate.state.key_groups.store import KeyGroupStore, committed_row
@@ -50,36 +51,10 @@ from keyedstate.state.rocksdb.changelog import ChangeLog
 from keyedstate.state.rocksdb.recording import KeyGroupDatabases, KeyGroupSource
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
 
-__all__ = ["RocksDBKeyGroupStore", "CallStatus", "KeyGroupCall", "LocalCopy", "LocalCopies", "TAG_FILE", "read_tag",
-           "write_tag", "remove_tag", "committed_version", "save_version", "version_row"]
+__all__ = ["RocksDBKeyGroupStore", "CallStatus", "KeyGroupCall", "LocalCopy", "LocalCopies", "committed_version",
+           "save_version", "version_row"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
-
-TAG_FILE = "KEYEDSTATE-TAG"
-"""In a closed local database: the tag of the committed version it holds (absent while a call has it open)."""
-
-
-def read_tag(path: str) -> Optional[str]:
-    try:
-        with open(os.path.join(path, TAG_FILE), encoding="ascii") as file:
-            return file.read().strip() or None
-    except OSError:
-        return None
-
-
-def write_tag(path: str, tag: str) -> None:
-    temporary = os.path.join(path, f".{TAG_FILE}.{uuid.uuid4().hex[:8]}")
-    with open(temporary, "w", encoding="ascii") as file:
-        file.write(tag)
-    os.replace(temporary, os.path.join(path, TAG_FILE))
-
-
-def remove_tag(path: str) -> None:
-    try:
-        os.remove(os.path.join(path, TAG_FILE))
-    except FileNotFoundError:
-        pass
-
 
 def committed_version(group_state: Any, num_key_groups: int) -> Optional[VersionRecord]:
     """The version the group's committed row names (None before the first)."""
@@ -95,20 +70,23 @@ def version_row(num_key_groups: int, record: VersionRecord) -> tuple[Any, ...]:
 
 def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Optional[VersionRecord],
                  changes: ChangeLog, batch: int, policy: SnapshotPolicy, retain_batches: int,
-                 work_path: str, *, full_base: bool = False) -> tuple[Optional[VersionRecord], int]:
+                 work_path: str, *, full_base: bool = False, holds_base: bool = False
+                 ) -> tuple[Optional[VersionRecord], int]:
     """Store ``changes`` (the key group's writes since ``record``) as the next version; returns it (``record``
     itself when nothing changed) and the bytes written durably. ``work_path`` + a suffix is where a new base's
     RocksDB checkpoint of ``source`` is made (on the local database's file system, so SSTs are hard links).
 
     ``full_base``: the next version is a base of everything that builds on no earlier version (the first version
     written after restoring one from another storage: a bootstrap's, so that no version of the query names a file of
-    the bootstrap, or another harness's)."""
+    the bootstrap, or another harness's). ``holds_base``: ``source`` wrote or was downloaded from ``record``'s base,
+    so it writes the next base when the policy asks (another copy waits for one that holds the base's files)."""
     if not changes and not full_base:
         return record, 0
     tag = uuid.uuid4().hex[:16]
     encoded = b"" if full_base else changes.encode()
     wants_base = full_base or policy.wants_base(record, len(encoded))
-    if wants_base and not full_base and record is not None and not policy.must_write_base(record, len(encoded)):
+    if (wants_base and not full_base and not holds_base and record is not None
+            and not policy.must_write_base(record, len(encoded))):
         wants_base = versions.should_write_base(record, source.live_sst_files(), batch)  # else a later call's copy
     if wants_base:
         bridge: tuple = ("", ())
@@ -290,10 +268,13 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         logger.info("key group %d, batch %s: rebuilding the local state from %s (base batch %s + %d changelogs)",
                     call.key_group, batch_id, source.storage.location, record.base_batch, len(record.changelogs))
         try:
-            return source.restore(record, copy.path)
+            changelogs = source.restore(record, copy.path)
         except SnapshotCorruptedError as error:
             _raise_if_not_retained(call.key_group, batch_id, source, self.retain_batches, error)
             raise
+        if source is call.versions:
+            mark_base(copy.path, record)
+        return changelogs
 
     def _missed_changelogs(self, call: KeyGroupCall, tag: Optional[str], batch_id: Optional[int]) -> Optional[list]:
         """The changelogs that bring a copy at version ``tag`` to the committed one, or None (it is rebuilt)."""
@@ -327,7 +308,8 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 return False, 0
             new, written = save_version(self.databases, call.versions, record, changes,
                                         batch_id if batch_id is not None else 0, self.policy, self.retain_batches,
-                                        call.copy.path, full_base=call.source is not call.versions)
+                                        call.copy.path, full_base=call.source is not call.versions,
+                                        holds_base=holds_base(call.copy.path, record))
             assert new is not None
             if new.origin != self.origin:
                 new = replace(new, origin=self.origin)
@@ -339,6 +321,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         call.advance(CallStatus.SAVED)
         if new is not record and (record is None or new.base_batch != record.base_batch):
             self.base_bytes_written = written  # the new base, with the changelog that bridges to it
+            mark_base(call.copy.path, new)
         return True, written
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:

@@ -56,10 +56,11 @@ class SnapshotPolicy:
     by about twice the base, and a base's upload is amortized over many calls.
 
     A base uploads only the SST files the stored base does not have, so it is cheap only when written by a local
-    copy that holds them (the one that wrote or downloaded the stored base; on Spark each Python worker keeps its
-    own copy). A copy that holds less than half of their bytes writes one more changelog instead, until the changelogs
-    pass the bounds above by ``wait_for_descendant`` times (1.0: twice as many files or bytes); then any copy
-    writes the base.
+    copy that holds them (on Spark each Python worker keeps its own copy). The copy that wrote or downloaded the
+    stored base writes the next one when asked: no copy holds more of its files, even after compaction replaced
+    them. Another copy that holds less than half of their bytes writes one more changelog instead, until the
+    changelogs pass the bounds above by ``wait_for_descendant`` times (1.0: twice as many files or bytes); then any
+    copy writes the base.
     """
 
     max_changelogs: int = 64

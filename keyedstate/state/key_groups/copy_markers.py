@@ -1,0 +1,61 @@
+"""The files a key group's local database directory holds besides RocksDB's own: which committed version it is at
+(absent while a call has it open), and which stored base it wrote or was downloaded from."""
+
+import os
+import uuid
+from typing import Optional
+
+from keyedstate.state.rocksdb.versions import VersionRecord
+
+__all__ = ["TAG_FILE", "BASE_FILE", "read_tag", "write_tag", "remove_tag", "holds_base", "mark_base"]
+
+
+TAG_FILE = "KEYEDSTATE-TAG"
+"""In a closed local database: the tag of the committed version it holds (absent while a call has it open)."""
+
+
+def read_tag(path: str) -> Optional[str]:
+    try:
+        with open(os.path.join(path, TAG_FILE), encoding="ascii") as file:
+            return file.read().strip() or None
+    except OSError:
+        return None
+
+
+def write_tag(path: str, tag: str) -> None:
+    temporary = os.path.join(path, f".{TAG_FILE}.{uuid.uuid4().hex[:8]}")
+    with open(temporary, "w", encoding="ascii") as file:
+        file.write(tag)
+    os.replace(temporary, os.path.join(path, TAG_FILE))
+
+
+def remove_tag(path: str) -> None:
+    try:
+        os.remove(os.path.join(path, TAG_FILE))
+    except FileNotFoundError:
+        pass
+
+
+BASE_FILE = "KEYEDSTATE-BASE"
+"""In a local database: the name of the stored base it wrote or was downloaded from. No copy holds more of that
+base's files, so it writes the next base when the policy asks, even if compaction replaced most of them."""
+
+
+def holds_base(path: str, record: Optional[VersionRecord]) -> bool:
+    """Whether the local database in ``path`` wrote or was downloaded from ``record``'s base."""
+    if record is None or record.base is None:
+        return False
+    try:
+        with open(os.path.join(path, BASE_FILE), encoding="ascii") as file:
+            return file.read().strip() == record.base.name
+    except OSError:
+        return False
+
+
+def mark_base(path: str, record: VersionRecord) -> None:
+    """Record that the local database in ``path`` wrote or was downloaded from ``record``'s base."""
+    if record.base is not None and os.path.isdir(path):
+        temporary = os.path.join(path, f".{BASE_FILE}.{uuid.uuid4().hex[:8]}")
+        with open(temporary, "w", encoding="ascii") as file:
+            file.write(record.base.name)
+        os.replace(temporary, os.path.join(path, BASE_FILE))
