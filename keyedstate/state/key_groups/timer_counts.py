@@ -12,35 +12,50 @@ versioned.LocalCopy` ``timer_counts``); the last call's counts win.
 from __future__ import annotations
 
 import os
-import uuid
+import zlib
 from typing import Optional
 
 __all__ = ["TIMER_COUNTS_SUFFIX", "read_timer_counts", "write_timer_counts"]
 
 TIMER_COUNTS_SUFFIX = ".timer-counts"
 """Appended to a key group's first database path for its file: ``<tag> <event-time timers> <processing-time
-timers>``."""
+timers> <crc32>``, padded to :data:`_WIDTH` bytes."""
+
+# Written in place at a fixed width instead of by rename: replacing a file by rename costs ext4 a flush of the new
+# file's data (about 0.3 ms, on every call of every key group). The CRC makes a torn or interleaved write of two
+# processes read as no counts, which costs one scan.
+_WIDTH = 128
 
 
 def read_timer_counts(path: str, tag: str) -> Optional[tuple[int, int]]:
     """The (event-time, processing-time) timer counts of version ``tag``, if the file ``path`` holds them."""
     try:
-        with open(path, encoding="ascii") as file:
-            written_tag, event, processing = file.read().split()
-        return (int(event), int(processing)) if written_tag == tag else None
-    except (OSError, ValueError):
+        with open(path, "rb") as file:
+            written_tag, event, processing, crc = file.read(_WIDTH).decode("ascii").split()
+        if written_tag != tag or int(crc, 16) != zlib.crc32(_body(written_tag, int(event), int(processing))):
+            return None
+        return int(event), int(processing)
+    except (OSError, ValueError, UnicodeDecodeError):
         return None
 
 
 def write_timer_counts(path: str, tag: str, counts: tuple[int, int]) -> None:
     """Best effort (a file the next call cannot read costs it one scan)."""
-    temporary = f"{path}.{uuid.uuid4().hex[:8]}.tmp"
+    body = _body(tag, *counts)
+    record = b"%s %08x" % (body, zlib.crc32(body))
+    if len(record) > _WIDTH:
+        return
     try:
-        with open(temporary, "w", encoding="ascii") as file:
-            file.write(f"{tag} {counts[0]} {counts[1]}")
-        os.replace(temporary, path)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     except OSError:
-        try:
-            os.remove(temporary)
-        except OSError:
-            pass
+        return
+    try:
+        os.pwrite(descriptor, record.ljust(_WIDTH), 0)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _body(tag: str, event: int, processing: int) -> bytes:
+    return f"{tag} {event} {processing}".encode("ascii")
