@@ -1,6 +1,7 @@
 """The files a key group's local database directory holds besides RocksDB's own: which committed version it is at
 (absent while a call has it open), and which stored base it wrote or was downloaded from."""
 
+import logging
 import os
 import uuid
 from typing import Optional
@@ -8,6 +9,8 @@ from typing import Optional
 from keyedstate.state.rocksdb.versions import VersionRecord
 
 __all__ = ["TAG_FILE", "BASE_FILE", "read_tag", "write_tag", "remove_tag", "holds_base", "mark_base"]
+
+logger = logging.getLogger("keyedstate.spark.rocksdb")
 
 
 TAG_FILE = "KEYEDSTATE-TAG"
@@ -53,9 +56,18 @@ def holds_base(path: str, record: Optional[VersionRecord]) -> bool:
 
 
 def mark_base(path: str, record: VersionRecord) -> None:
-    """Record that the local database in ``path`` wrote or was downloaded from ``record``'s base."""
-    if record.base is not None and os.path.isdir(path):
-        temporary = os.path.join(path, f".{BASE_FILE}.{uuid.uuid4().hex[:8]}")
+    """Record that the local database in ``path`` wrote or was downloaded from ``record``'s base. Best effort: a
+    mark that cannot be written only leaves the choice of the copy that writes the next base to the files it holds."""
+    if record.base is None or not os.path.isdir(path):
+        return
+    temporary = os.path.join(path, f".{BASE_FILE}.{uuid.uuid4().hex[:8]}")
+    try:
         with open(temporary, "w", encoding="ascii") as file:
             file.write(record.base.name)
         os.replace(temporary, os.path.join(path, BASE_FILE))
+    except OSError as error:
+        logger.debug("cannot mark %s as holding the base %s: %s", path, record.base.name, error)
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
