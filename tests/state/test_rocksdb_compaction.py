@@ -7,13 +7,14 @@ replaced its files."""
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
 
 from keyedstate import Types, ValueStateDescriptor
 from keyedstate.checkpoint.storage import CheckpointStorage
-from keyedstate.state.key_groups.copy_markers import holds_base, mark_base
+from keyedstate.state.key_groups.copy_markers import BASE_FILE, mark_base
 from keyedstate.state.key_groups.versioned import save_version
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
@@ -80,8 +81,8 @@ def test_a_database_written_with_one_compaction_style_opens_with_the_other(tmp_p
 
 class LocalCopy:
     """One worker's copy of the key group, as on Spark's store: it catches up from the changelogs it missed, or is
-    rebuilt from storage when it holds no version of the record's chain; it marks the base it wrote or downloaded
-    unless ``marks_bases`` is False."""
+    rebuilt from storage when it holds no version of the record's chain (and marks the base it downloaded, as the
+    store does). ``marks_bases`` False: every mark of a base is lost."""
 
     def __init__(self, tmp_path, name: str, marks_bases: bool = True) -> None:
         self.path = str(tmp_path / name)
@@ -104,9 +105,9 @@ class LocalCopy:
             self.backend.set_current_key(f"k{key:06d}")
             self.value.update(f"{rng.getrandbits(256):064x}")
         new, written = save_version(self.backend, versions, record, self.backend.take_changes(), batch, policy,
-                                    100, self.path, holds_base=holds_base(self.path, record))
-        if self.marks_bases and record is not None and new.base_batch != record.base_batch:
-            mark_base(self.path, new)
+                                    100, self.path)
+        if not self.marks_bases and os.path.exists(os.path.join(self.path, BASE_FILE)):
+            os.remove(os.path.join(self.path, BASE_FILE))
         self.backend.close_key_group()
         self.tag = new.tag
         return new, written

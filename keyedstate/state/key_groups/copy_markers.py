@@ -26,10 +26,7 @@ def read_tag(path: str) -> Optional[str]:
 
 
 def write_tag(path: str, tag: str) -> None:
-    temporary = os.path.join(path, f".{TAG_FILE}.{uuid.uuid4().hex[:8]}")
-    with open(temporary, "w", encoding="ascii") as file:
-        file.write(tag)
-    os.replace(temporary, os.path.join(path, TAG_FILE))
+    _replace(path, TAG_FILE, tag)
 
 
 def remove_tag(path: str) -> None:
@@ -60,14 +57,22 @@ def mark_base(path: str, record: VersionRecord) -> None:
     mark that cannot be written only leaves the choice of the copy that writes the next base to the files it holds."""
     if record.base is None or not os.path.isdir(path):
         return
-    temporary = os.path.join(path, f".{BASE_FILE}.{uuid.uuid4().hex[:8]}")
     try:
-        with open(temporary, "w", encoding="ascii") as file:
-            file.write(record.base.name)
-        os.replace(temporary, os.path.join(path, BASE_FILE))
+        _replace(path, BASE_FILE, record.base.name)
     except OSError as error:
         logger.debug("cannot mark %s as holding the base %s: %s", path, record.base.name, error)
+
+
+def _replace(path: str, name: str, text: str) -> None:
+    """Write ``text`` as the file ``name`` in ``path``; a reader sees the old content or the new, never a part."""
+    temporary = os.path.join(path, f".{name}.{uuid.uuid4().hex[:8]}")
+    try:
+        with open(temporary, "w", encoding="ascii") as file:
+            file.write(text)
+        os.replace(temporary, os.path.join(path, name))
+    except OSError:
         try:
             os.remove(temporary)
         except OSError:
             pass
+        raise

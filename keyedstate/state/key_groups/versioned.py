@@ -70,23 +70,24 @@ def version_row(num_key_groups: int, record: VersionRecord) -> tuple[Any, ...]:
 
 def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Optional[VersionRecord],
                  changes: ChangeLog, batch: int, policy: SnapshotPolicy, retain_batches: int,
-                 work_path: str, *, full_base: bool = False, holds_base: bool = False
-                 ) -> tuple[Optional[VersionRecord], int]:
+                 work_path: str, *, full_base: bool = False) -> tuple[Optional[VersionRecord], int]:
     """Store ``changes`` (the key group's writes since ``record``) as the next version; returns it (``record``
-    itself when nothing changed) and the bytes written durably. ``work_path`` + a suffix is where a new base's
-    RocksDB checkpoint of ``source`` is made (on the local database's file system, so SSTs are hard links).
+    itself when nothing changed) and the bytes written durably. ``work_path`` is the local database's directory:
+    ``work_path`` + a suffix is where a new base's RocksDB checkpoint of ``source`` is made (on the same file
+    system, so SSTs are hard links), and the directory is marked as holding the new base
+    (:mod:`~keyedstate.state.key_groups.copy_markers`). A copy that holds ``record``'s base writes the next one when
+    the policy asks; another waits for one that does, within the policy's wait.
 
     ``full_base``: the next version is a base of everything that builds on no earlier version (the first version
     written after restoring one from another storage: a bootstrap's, so that no version of the query names a file of
-    the bootstrap, or another harness's). ``holds_base``: ``source`` wrote or was downloaded from ``record``'s base,
-    so it writes the next base when the policy asks (another copy waits for one that holds the base's files)."""
+    the bootstrap, or another harness's)."""
     if not changes and not full_base:
         return record, 0
     tag = uuid.uuid4().hex[:16]
     encoded = b"" if full_base else changes.encode()
     wants_base = full_base or policy.wants_base(record, len(encoded))
-    if (wants_base and not full_base and not holds_base and record is not None
-            and not policy.must_write_base(record, len(encoded))):
+    if (wants_base and not full_base and record is not None and not policy.must_write_base(record, len(encoded))
+            and not holds_base(work_path, record)):
         wants_base = versions.should_write_base(record, source.live_sst_files(), batch)  # else a later call's copy
     if wants_base:
         bridge: tuple = ("", ())
@@ -98,6 +99,7 @@ def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Opt
             new, written = versions.write_base(None if full_base else record, checkpoint, batch, tag,
                                                source.state_metadata(), source.raw_column_names(), retain_batches,
                                                bridge)
+            mark_base(work_path, new)
             return new, written + (bridge[1][-1].size if bridge[1] else 0)
         finally:
             shutil.rmtree(checkpoint, ignore_errors=True)
@@ -308,8 +310,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
                 return False, 0
             new, written = save_version(self.databases, call.versions, record, changes,
                                         batch_id if batch_id is not None else 0, self.policy, self.retain_batches,
-                                        call.copy.path, full_base=call.source is not call.versions,
-                                        holds_base=holds_base(call.copy.path, record))
+                                        call.copy.path, full_base=call.source is not call.versions)
             assert new is not None
             if new.origin != self.origin:
                 new = replace(new, origin=self.origin)
@@ -321,7 +322,6 @@ class RocksDBKeyGroupStore(KeyGroupStore):
         call.advance(CallStatus.SAVED)
         if new is not record and (record is None or new.base_batch != record.base_batch):
             self.base_bytes_written = written  # the new base, with the changelog that bridges to it
-            mark_base(call.copy.path, new)
         return True, written
 
     def finish(self, key_group: int, timer_service: Any, succeeded: bool) -> None:
