@@ -196,3 +196,25 @@ def test_without_knowing_which_copy_wrote_the_base_every_copy_waits_to_the_bound
     bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, bulk_load_past_a_base, marks_bases=False)
     assert bases[0][0] == 8 + 2 * EVERY_8_CALLS.max_changelogs + 1, bases
     assert bases[0][1] > bases[0][2] / 2, bases  # as much uploaded, only later
+
+
+def test_each_key_group_writes_its_bases_at_its_own_spread_bound(tmp_path):
+    """Two key groups with the same history, as after a bulk load: the store asks each one's own bound."""
+    policy = SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40, spread=0.5)
+    base_batches = {}
+    for key_group in (1, 2):
+        versions = KeyGroupVersions(CheckpointStorage(tmp_path / f"storage-{key_group}"), key_group=key_group,
+                                    num_key_groups=4)
+        local, rng, record = LocalCopy(tmp_path / str(key_group), "a", True), random.Random(5), None
+        base_batches[key_group] = []
+        for batch in range(24):
+            keys = range(2_000) if batch == 0 else rng.sample(range(2_000), 20)
+            previous = record
+            record, _ = local.call(versions, record, batch, keys, rng, policy)
+            if previous is not None and record.base_batch != previous.base_batch:
+                base_batches[key_group].append(batch)
+        local.backend.close()
+        bound = 8 * policy.scale(key_group)
+        cycle = next(count for count in range(1, 100) if count > bound)  # changelogs + 1 when a base is asked for
+        assert base_batches[key_group][1] - base_batches[key_group][0] == cycle, (key_group, base_batches)
+    assert base_batches[1] != base_batches[2], base_batches

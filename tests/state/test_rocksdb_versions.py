@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import replace
+from types import SimpleNamespace
 
 import msgpack
 import pytest
@@ -124,8 +125,52 @@ def test_the_policy_bounds_changelogs_by_count_and_by_size_relative_to_the_base(
     assert policy.must_write_base(base, 10_001)  # ... for as much again (wait_for_descendant=1.0)
 
 
+def first_count_asking_for_a_base(policy: SnapshotPolicy, key_group: int, must: bool = False) -> int:
+    """Changelogs since a large base (bytes never bind) when the key group's policy first asks for the next base."""
+    ask = policy.must_write_base if must else policy.wants_base
+    for count in range(1, 1000):
+        changelogs = (SimpleNamespace(size=0),) * (count - 1)
+        record = VersionRecord("t", object(), 1, 1 << 40, changelogs=changelogs)  # type: ignore[arg-type]
+        if ask(record, 1, key_group):
+            return count
+    raise AssertionError("never asks")
+
+
+def test_without_a_spread_key_groups_with_one_history_ask_for_their_bases_in_the_same_call():
+    assert {first_count_asking_for_a_base(SnapshotPolicy(), key_group) for key_group in range(128)} == {65}
+
+
+def test_a_spread_gives_each_key_group_its_own_bound_so_a_shared_history_writes_its_bases_in_many_batches():
+    """As after a bulk load: 128 key groups whose bases were written in one batch ask for their next ones at
+    between 0.75 and 1.25 times 64 changelogs, a few key groups per batch, instead of all together."""
+    policy = SnapshotPolicy(spread=0.25)
+    counts = [first_count_asking_for_a_base(policy, key_group) for key_group in range(128)]
+    assert min(counts) >= 49 and max(counts) <= 81, counts
+    assert len(set(counts)) >= 30 and max(counts.count(count) for count in counts) <= 6, sorted(counts)
+    assert counts[0] == 65  # key group 0 keeps the unscaled bound
+    for key_group in (1, 7, 100):  # the wait for the copy holding the base scales with the bound
+        assert first_count_asking_for_a_base(policy, key_group, must=True) == pytest.approx(
+            2 * (counts[key_group] - 1), abs=2)
+
+
+def test_a_spread_scales_the_byte_bound_too():
+    policy = SnapshotPolicy(spread=0.5, max_changelogs=1000)
+    base = VersionRecord("t", object(), 1, 10_000_000)  # type: ignore[arg-type]
+    low, high = min(range(64), key=policy.scale), max(range(64), key=policy.scale)
+    assert policy.wants_base(base, int(10_000_000 * policy.scale(low)) + 1, low)
+    assert not policy.wants_base(base, int(10_000_000 * policy.scale(high)) - 1, high)
+    assert policy.scale(low) < 0.6 and policy.scale(high) > 1.4
+
+
+@pytest.mark.parametrize("spread", [1, 1.5])
+def test_a_spread_of_one_or_more_is_refused(spread):
+    with pytest.raises(ConfigurationError, match="SnapshotPolicy.spread must be below 1"):
+        SnapshotPolicy(spread=spread)
+
+
 @pytest.mark.parametrize("field, value", [("max_changelogs", -1), ("wait_for_descendant", -0.5),
-                                          ("min_changelog_bytes", "1 MiB"), ("changelog_to_base_ratio", None)])
+                                          ("min_changelog_bytes", "1 MiB"), ("changelog_to_base_ratio", None),
+                                          ("spread", -0.25)])
 def test_a_policy_refuses_a_negative_or_non_numeric_bound(field, value):
     with pytest.raises(ConfigurationError, match=f"SnapshotPolicy.{field} must be a number >= 0"):
         SnapshotPolicy(**{field: value})

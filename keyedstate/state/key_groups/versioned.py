@@ -85,9 +85,10 @@ def save_version(source: KeyGroupSource, versions: KeyGroupVersions, record: Opt
         return record, 0
     tag = uuid.uuid4().hex[:16]
     encoded = b"" if full_base else changes.encode()
-    wants_base = full_base or policy.wants_base(record, len(encoded))
-    if (wants_base and not full_base and record is not None and not policy.must_write_base(record, len(encoded))
-            and not holds_base(work_path, record)):
+    key_group = versions.key_group
+    wants_base = full_base or policy.wants_base(record, len(encoded), key_group)
+    if (wants_base and not full_base and record is not None
+            and not policy.must_write_base(record, len(encoded), key_group) and not holds_base(work_path, record)):
         wants_base = versions.should_write_base(record, source.live_sst_files(), batch)  # else a later call's copy
     if wants_base:
         bridge: tuple = ("", ())

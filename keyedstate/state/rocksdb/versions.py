@@ -45,6 +45,7 @@ logger = logging.getLogger("keyedstate.checkpoint.versions")
 _FILE_NAME = re.compile(r"^([bc])(\d+)-([0-9a-f]+)(\.json|\.log)?$")
 # A file younger than this is never collected as unreferenced: a concurrent attempt may be about to name it.
 _UNREFERENCED_GRACE_SECONDS = 600.0
+_GOLDEN_FRACTION = (5 ** 0.5 - 1) / 2
 
 
 @dataclass(frozen=True)
@@ -61,26 +62,45 @@ class SnapshotPolicy:
     them. Another copy that holds less than half of their bytes writes one more changelog instead, until the
     changelogs pass the bounds above by ``wait_for_descendant`` times (1.0: twice as many files or bytes); then any
     copy writes the base.
+
+    Key groups that wrote bases in the same batch (every one does after a bulk load into RocksDB mode, a bootstrap
+    or a savepoint) reach the bounds again together, so one batch in every cycle writes all their bases and takes
+    seconds longer than the others at large state. ``spread`` scales each key group's bounds by a fixed factor of
+    its own between ``1 - spread`` and ``1 + spread`` (key group 0: 1), so those bases fall in different batches:
+    with 0.25 and 64 changelogs, the first cycle's bases spread over 48 to 80 changelogs and later cycles drift
+    further apart. The bytes written stay about the same.
     """
 
     max_changelogs: int = 64
     changelog_to_base_ratio: float = 1.0
     min_changelog_bytes: int = 1024 * 1024
     wait_for_descendant: float = 1.0
+    spread: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("max_changelogs", "changelog_to_base_ratio", "min_changelog_bytes", "wait_for_descendant"):
+        for name in ("max_changelogs", "changelog_to_base_ratio", "min_changelog_bytes", "wait_for_descendant",
+                     "spread"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigurationError(f"SnapshotPolicy.{name} must be a number >= 0, got {value!r}")
+        if self.spread >= 1:
+            raise ConfigurationError(f"SnapshotPolicy.spread must be below 1 (a key group's bounds scale by 1 - spread "
+                                     f"at least), got {self.spread!r}")
 
-    def wants_base(self, record: Optional["VersionRecord"], new_changes_bytes: int) -> bool:
-        return self._past_bounds(record, new_changes_bytes, 1.0)
+    def wants_base(self, record: Optional["VersionRecord"], new_changes_bytes: int, key_group: int = 0) -> bool:
+        return self._past_bounds(record, new_changes_bytes, self.scale(key_group))
 
-    def must_write_base(self, record: Optional["VersionRecord"], new_changes_bytes: int) -> bool:
+    def must_write_base(self, record: Optional["VersionRecord"], new_changes_bytes: int, key_group: int = 0) -> bool:
         """Past the bounds by ``wait_for_descendant``: a copy that holds few of the stored base's files writes the
         base too."""
-        return self._past_bounds(record, new_changes_bytes, 1.0 + self.wait_for_descendant)
+        return self._past_bounds(record, new_changes_bytes, self.scale(key_group) * (1.0 + self.wait_for_descendant))
+
+    def scale(self, key_group: int) -> float:
+        """The key group's factor on every bound: ``1 + spread * (2u - 1)``, where ``u`` is the fractional part of
+        ``0.5 + key_group * (golden ratio - 1)``, which spreads any run of consecutive key groups evenly."""
+        if not self.spread:
+            return 1.0
+        return 1.0 + self.spread * (2.0 * ((0.5 + key_group * _GOLDEN_FRACTION) % 1.0) - 1.0)
 
     def _past_bounds(self, record: Optional["VersionRecord"], new_changes_bytes: int, factor: float) -> bool:
         if record is None or record.base is None:
