@@ -26,12 +26,13 @@ kafka-jars: venv
 # they take little more than the longer one: the tests that share this process's Spark session, and beside them the
 # compatibility job followed by the tests that start and kill Spark drivers of their own (marked driver_process) and
 # the tests that take several minutes (marked long: 300 micro-batches on S3). The second stream's pytest output is
-# printed at the end. ruff and mypy ([tool.ruff] and [tool.mypy] in pyproject.toml) check the package first. After
-# the first stream, the tests that need neither Spark nor Kafka run again in pure Python
-# (KEYEDSTATE_PURE_PYTHON=1); the compatibility job's Spark 4.0 line runs its Spark subset that way too.
+# printed at the end. ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and the
+# scripts first, and mypy ([tool.mypy]) the package. After the first stream, the tests that need neither Spark nor
+# Kafka run again in pure Python (KEYEDSTATE_PURE_PYTHON=1); the compatibility job's Spark 4.0 line runs its Spark
+# subset that way too.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
-	$(PY) -m ruff check keyedstate timers connectors
+	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
 	$(PY) -m mypy
 	@{ COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1; compat=$$?; \
 	   $(PY) -m pytest -m "driver_process or long" --durations=20 $(PYTEST_ARGS) > .cache/beside-tests.log 2>&1; tests=$$?; \

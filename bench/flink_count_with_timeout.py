@@ -3,9 +3,9 @@
     .cache/flink-venv/bin/python bench/flink_count_with_timeout.py EVENTS.csv KEYS [PARALLELISM]
 
 Reads the same events as the Spark variants (``key,ts_ms`` text lines written by bench/spark_workloads.py) with a
-bounded FileSource, assigns event time (watermark lagging two hours: no timer fires mid-input), keys by ``key`` and runs the same
-KeyedProcessFunction (ValueState (count, last), one event-time timer per key, 60 s after the key's last event) in
-local mode with parallelism 2 (as local[2]). At the end of the bounded input Flink emits the final watermark, so
+bounded FileSource, assigns event time (watermark lagging two hours: no timer fires mid-input), keys by ``key`` and runs
+the same KeyedProcessFunction (ValueState (count, last), one event-time timer per key, 60 s after the key's last event)
+in local mode with parallelism 2 (as local[2]). At the end of the bounded input Flink emits the final watermark, so
 every key's timer fires and emits ``(key, count)``: PyFlink does that extra work (one on_timer per key and the
 output), which the one-batch Spark runs do not. Prints one JSON line: job seconds (execute to last result),
 process seconds, number of outputs.

@@ -57,7 +57,8 @@ def measure_inspection(spark: Any, checkpoint: Path, batch_id: int, expected_key
     return {
         "inspect_s": round(seconds, 2),
         "inspect_driver_python_peak_mb": python_peak / 1e6,
-        "inspect_driver_rss_growth_mb": None if peak is None or rss_before is None else (peak - rss_before) * 1024 / 1e6,
+        "inspect_driver_rss_growth_mb": (None if peak is None or rss_before is None
+                                         else (peak - rss_before) * 1024 / 1e6),
         "inspect_keys": inspection.keys,
         "inspect_state_bytes": inspection.state_bytes,
         "inspect_key_groups": len(inspection.key_groups),

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import spark_workloads as W  # noqa: E402
 from inspect_memory import measure_inspection  # noqa: E402
-from run_sampling import WorkerMemory, bytes_written, files_under, new_bases  # noqa: E402
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa: E402
 from keyedstate.spark import SnapshotPolicy  # noqa: E402
+from run_sampling import WorkerMemory, bytes_written, files_under, new_bases  # noqa: E402
 
 # In any run of this many later batches every key group writes exactly one base (each batch touches every key group)
 BASE_CYCLE = SnapshotPolicy().max_changelogs + 1
@@ -171,7 +171,8 @@ def keyed_process_query(source, variant: str, scratch: Path, s3: Any = None):
     from keyedstate.spark import keyed_process
 
     extra = {} if variant == "heap" else {
-        "state_backend": "rocksdb", "state_storage": str(scratch / "storage"), "state_local_dir": str(scratch / "local")}
+        "state_backend": "rocksdb", "state_storage": str(scratch / "storage"),
+        "state_local_dir": str(scratch / "local")}
     if variant == "rocksdb_kg8":
         extra["num_key_groups"] = FEW_KEY_GROUPS
     if s3 is not None:

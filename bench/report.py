@@ -5,8 +5,8 @@
 Inputs (all written by the run): meta.json (command, machine, versions, load), <suite>.json (pytest-benchmark
 --benchmark-json), spark.jsonl (one line per Spark/PyFlink round). Every number in the report is read or computed
 from those files; the only fixed text is the description of each workload and, shown only when a target is missed,
-the explanation of why (WHY, in report_why.py). A suite that failed or was not run shows as "not measured" instead of stale
-numbers.
+the explanation of why (WHY, in report_why.py). A suite that failed or was not run shows as "not measured" instead of
+stale numbers.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import report_large_state as LS  # noqa: E402
 import report_latency as LT  # noqa: E402
 import report_savepoint as SP  # noqa: E402
 import report_spark as S  # noqa: E402
-from report_sections import (find_bench as _bench, harness_section, kafka_section, metrics_cost,  # noqa: E402
-                             metrics_section, state_section, timers_section)
+from report_sections import find_bench as _bench  # noqa: E402
+from report_sections import harness_section, kafka_section, metrics_cost, metrics_section, state_section, timers_section
 from report_why import WHY  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -52,7 +52,8 @@ def _ratio_target(issue, text, value, threshold, why, detail="", short="") -> di
         status = f"**missed** by {threshold - value:.2f}x ({(1 - value / threshold) * 100:.0f}% short)"
     measured = "-" if value is None else f"{value:.2f}x" + (f" ({detail})" if detail else "")
     return {"issue": issue, "target": text, "measured": measured, "goal": f">= {threshold:g}x", "status": status,
-            "value": value, "threshold": threshold, "short": f"#{issue.split(',')[0]} {short or text}", "why": why if value is not None and value < threshold else None}
+            "value": value, "threshold": threshold, "short": f"#{issue.split(',')[0]} {short or text}",
+            "why": why if value is not None and value < threshold else None}
 
 
 def _report_target(issue, text, measured) -> dict:
@@ -204,7 +205,8 @@ def _header(run: dict) -> list[str]:
         lines.append("- **SMOKE RUN**: tiny sizes and few rounds to check the pipeline; the numbers mean nothing.")
     if load_start and max(load_start[0], (load_end or [0])[0]) > 1.5:
         lines.append("- **The machine was not idle** during the run (load average above 1.5 on 2 cores): absolute "
-                     "numbers are inflated and noisy; the interleaved ratios (state, timers, Kafka, Spark at 2M) are the most robust.")
+                     "numbers are inflated and noisy; the interleaved ratios (state, timers, Kafka, Spark at 2M) are "
+                     "the most robust.")
     m = meta.get("machine", {})
     lines.append(f"- **Machine:** {m.get('cpu', 'n/a')}, {m.get('cores', 'n/a')} cores, {m.get('ram_gib', 'n/a')} "
                  f"GiB RAM, {m.get('os', 'n/a')}")
@@ -265,9 +267,9 @@ def write_report(results: Path, report_dir: Path) -> list[Path]:
     has_latency_plot = LT.plot_latency(run, latency_png)
     history = report_history.section(rows, results, REPO_ROOT, run["meta"].get("started_utc"),
                                      lambda directory: targets(load_run(directory)))
-    lines = (_header(run) + _targets_section(rows, has_targets_plot) + history + state_section(run) + timers_section(run)
-             + harness_section(run) + kafka_section(run) + _spark_section(run, has_scaling_plot) + metrics_section(run)
-             + LS.section(run["spark"], has_large_state_plot) + SP.section(run["spark"])
+    lines = (_header(run) + _targets_section(rows, has_targets_plot) + history + state_section(run)
+             + timers_section(run) + harness_section(run) + kafka_section(run) + _spark_section(run, has_scaling_plot)
+             + metrics_section(run) + LS.section(run["spark"], has_large_state_plot) + SP.section(run["spark"])
              + LT.section(run, has_latency_plot))
     out = report_dir / "RESULTS.md"
     out.write_text("\n".join(lines).rstrip() + "\n")

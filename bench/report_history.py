@@ -4,8 +4,9 @@ bench/results/), so a change can be told from the spread the same code shows bet
 
 The earlier runs are read with git from the commits that changed bench/results/meta.json; without git or history the
 section says so. A target counts as worse beyond run-to-run noise when this run's value is more than MARGIN below the
-lowest value of the earlier runs shown (for targets with an upper bound, above the highest); the earlier runs measured different
-commits, so their spread is an upper bound of the noise, and a value outside it is worth a second look, not proof.
+lowest value of the earlier runs shown (for targets with an upper bound, above the highest); the earlier runs
+measured different commits, so their spread is an upper bound of the noise, and a value outside it is worth a second
+look, not proof.
 """
 
 from __future__ import annotations

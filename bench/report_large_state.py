@@ -127,8 +127,8 @@ WHY = {
 }
 
 
-def bounded_target(text: str, value: float | None, threshold: float, at_most: bool, measured: str, goal: str, short: str,
-            strict: bool = False, why: str | None = None, issue: str = "17") -> dict:
+def bounded_target(text: str, value: float | None, threshold: float, at_most: bool, measured: str, goal: str,
+            short: str, strict: bool = False, why: str | None = None, issue: str = "17") -> dict:
     """A target row in report.py's shape; ``score`` (>= 1: met) and ``label`` drive its targets plot."""
     if value is None:
         return {"issue": issue, "target": text, "measured": "-", "goal": goal, "status": "not measured in this run",
@@ -164,9 +164,9 @@ def targets(rows: list[dict]) -> list[dict]:
     if rocks_large and tws_at:
         speedup = _time(runs[("tws", tws_at)]) / _time(rocks_large)
         stand_in = "" if tws_at == large else f"; tws not run at {large:,} keys, its {tws_at:,}-key figure stands in"
-    out.append(bounded_target(f"RocksDB mode speed per later batch vs transformWithStateInPandas, {at}", speedup, 4, False,
-                       speedup and f"{speedup:.2f}x (tws {_time(runs[('tws', tws_at)]):.2f} s vs "
-                                   f"{_time(rocks_large):.2f} s, median later batch{stand_in})",
+    out.append(bounded_target(f"RocksDB mode speed per later batch vs transformWithStateInPandas, {at}", speedup, 4,
+                       False, speedup and f"{speedup:.2f}x (tws {_time(runs[('tws', tws_at)]):.2f} s vs "
+                                          f"{_time(rocks_large):.2f} s, median later batch{stand_in})",
                        ">= 4x", "RocksDB mode vs TWS per batch", why=WHY["tws"]))
     heap_large = runs.get(("heap", large)) if large else None
     written = rocks_large and _bytes(rocks_large) / 1e6

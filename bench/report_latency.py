@@ -46,7 +46,8 @@ def targets(run: dict) -> list[dict]:
     behind = sorted({f"{run_['variant']} @ {run_['rate']:,}/s" for run_ in kept if not run_["kept_up"]})
     measured = kept and (f"all {len(kept)} runs kept up" if not behind else f"fell behind: {'; '.join(behind)}")
     out.append({"issue": "35", "target": "every latency run keeps up with its rate", "measured": measured or "-",
-                "goal": "all", "status": ("met" if not behind else "**missed**") if kept else "not measured in this run",
+                "goal": "all",
+                "status": ("met" if not behind else "**missed**") if kept else "not measured in this run",
                 "value": None, "why": None})
     return out
 
@@ -82,7 +83,8 @@ def section(run: dict, plot: bool) -> list[str]:
         "partitions and 128 key groups unless the pipeline says otherwise; the floor is a projection-only query "
         "on the same source and sink. Medians over the rounds of each run's figures "
         f"({len(rounds)} interleaved rounds). Workload: `bench/latency_workload.py`.", "",
-        "| pipeline | rate (events/s) | p50 | p95 | p99 | median batch | kept up |", "|---|---:|---:|---:|---:|---:|---|"]
+        "| pipeline | rate (events/s) | p50 | p95 | p99 | median batch | kept up |",
+        "|---|---:|---:|---:|---:|---:|---|"]
     for results in _by_pair(rounds).values():
         first = results[0]
         kept = "yes" if all(r["kept_up"] for r in results) else "**no**"

@@ -16,7 +16,8 @@ def section(rows: list[dict]) -> list[str]:
              "timer each) filled in one batch, then `write_savepoint` of the stopped query, then a new query from "
              "the savepoint whose first batch (10,000 changed keys) restores every key group. Target: restore <= "
              f"{TARGET_RATIO:g}x fill.", "",
-             "| keys | fill (1 batch) | savepoint write | restore (1st batch) | restore / fill | savepoint size | target |",
+             "| keys | fill (1 batch) | savepoint write | restore (1st batch) | restore / fill | savepoint size "
+             "| target |",
              "|---:|---:|---:|---:|---:|---:|---|"]
     for r in runs:
         met = "met" if r["restore_to_fill"] <= TARGET_RATIO else "**missed**"

@@ -17,7 +17,8 @@ def _load(b: dict) -> str:
 
 
 def _per_second_table(benches: list[tuple[str, dict]], unit_key: str, unit: str) -> list[str]:
-    lines = [f"| benchmark | {unit}/s (best round) | {unit}/s (median round) | rounds | load |", "|---|---:|---:|---:|---|"]
+    lines = [f"| benchmark | {unit}/s (best round) | {unit}/s (median round) | rounds | load |",
+             "|---|---:|---:|---:|---|"]
     for label, b in benches:
         n = b["extra_info"].get(unit_key, 0)
         lines.append(f"| {label} | {n / b['stats']['min']:,.0f} | {n / b['stats']['median']:,.0f} | "

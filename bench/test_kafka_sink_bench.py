@@ -30,6 +30,7 @@ import uuid
 from typing import Iterator
 
 import pytest
+
 from test_kafka_source import SPARK_JARS, broker, spark  # noqa: F401 - the shared broker and Spark session
 
 N = int(os.environ.get("KEYEDSTATE_KAFKA_SINK_BENCH_RECORDS", "1000000"))
@@ -76,7 +77,8 @@ def _records_in(bootstrap: str, topic: str) -> int:
     """Sum of the partitions' end offsets (records plus transaction markers)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "sink-bench-probe", "isolation.level": "read_uncommitted"})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "sink-bench-probe",
+                  "isolation.level": "read_uncommitted"})
     try:
         return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS))
     finally:
@@ -123,7 +125,8 @@ def ratio_summary(rounds: list[dict]) -> dict:
     """Medians of per-round ratios of records/s (> 1: ours is faster), ours over the built-in sink, and the cost of
     exactly-once (exactly-once over at-least-once)."""
     out: dict = {}
-    pairs = {"exactly_once vs built-in": (EXACTLY_ONCE, BUILT_IN), "at_least_once vs built-in": (AT_LEAST_ONCE, BUILT_IN),
+    pairs = {"exactly_once vs built-in": (EXACTLY_ONCE, BUILT_IN),
+             "at_least_once vs built-in": (AT_LEAST_ONCE, BUILT_IN),
              "exactly_once vs at_least_once": (EXACTLY_ONCE, AT_LEAST_ONCE)}
     for label, (ours, other) in pairs.items():
         for metric, suffix in (("trigger_s", "records/s"), ("wall_s", "wall")):

@@ -104,7 +104,8 @@ def _validation_input(base: Path) -> Path:
     for index, (keys, times) in enumerate(tables):
         path = directory / f"part-{index:03d}.parquet"
         pq.write_table(pa.table({"key": pa.array(keys, pa.string()),
-                                 "ts": pa.array(times, pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))}),
+                                 "ts": pa.array(times, pa.timestamp("ms", tz="UTC")).cast(
+                                     pa.timestamp("us", tz="UTC"))}),
                        path)
         stamp = time.time() - 100 + index
         os.utime(path, (stamp, stamp))
@@ -236,7 +237,8 @@ def test_count_with_timeout_pyflink(benchmark, size_name):
 
     def run():
         load = W.load_average()
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
         completed = subprocess.run([str(python), str(FLINK_SCRIPT), str(csv), str(size.keys)], env=env,
                                    capture_output=True, text=True, timeout=10000)
         if completed.returncode != 0:

@@ -60,7 +60,8 @@ def _members(cls: type, exported: set[str]) -> list[tuple[str, object]]:
 
 
 def render() -> str:
-    lines = ["# API reference", "", "Generated from the docstrings by `scripts/gen_api_docs.py`; do not edit by hand.", ""]
+    lines = ["# API reference", "",
+             "Generated from the docstrings by `scripts/gen_api_docs.py`; do not edit by hand.", ""]
     for package_name in PACKAGES:
         try:
             package = importlib.import_module(package_name)

@@ -1,5 +1,5 @@
-"""A real S3-compatible server for the tests and the bench: S3Proxy (Maven Central, ``scripts/s3proxy.sh``) on 127.0.0.1 with its
-filesystem backend, so it can be killed and started again on the same port with every object still there (an
+"""A real S3-compatible server for the tests and the bench: S3Proxy (Maven Central, ``scripts/s3proxy.sh``) on 127.0.0.1
+with its filesystem backend, so it can be killed and started again on the same port with every object still there (an
 outage, not a data loss).
 
 The server dies with the process that started it (PR_SET_PDEATHSIG) and at its exit. Standard library only.

@@ -21,8 +21,8 @@ state = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
 calls = TimerService(InternalTimerService(backend, None))
 from keyedstate.spark.group_elements import rows_builder
 compiled_rows = "rows_from_columns" in repr(rows_builder(["a"]))
-print(fastpath is not None, type(state).__name__, "register_event_time_timer" in vars(calls), "apply_collected_calls" in vars(calls),
-      compiled_rows)
+print(fastpath is not None, type(state).__name__, "register_event_time_timer" in vars(calls),
+      "apply_collected_calls" in vars(calls), compiled_rows)
 """
 
 

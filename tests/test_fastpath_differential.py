@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from keyedstate.fastpath import PURE_PYTHON_VARIABLE, fastpath
+from keyedstate.fastpath import PURE_PYTHON_VARIABLE
 
 SEEDS = [str(seed) for seed in range(40)]
 REPO = Path(__file__).resolve().parent.parent

@@ -259,7 +259,8 @@ def test_every_allowed_private_access_is_still_there():
 
 @pytest.mark.parametrize("source, expected", [
     ("from keyedstate.spark.process import _schema\n", ["keyedstate.spark.process._schema"]),
-    ("from .process import (\n    KEY_GROUP_COLUMN,\n    _check_key_columns,\n)\n", ["keyedstate.spark.process._check_key_columns"]),
+    ("from .process import (\n    KEY_GROUP_COLUMN,\n    _check_key_columns,\n)\n",
+     ["keyedstate.spark.process._check_key_columns"]),
     ("def f():\n    from keyedstate.spark.group_function import _GroupRuntime\n",
      ["keyedstate.spark.group_function._GroupRuntime"]),
     ("import keyedstate.spark._hidden\n", ["keyedstate.spark._hidden"]),

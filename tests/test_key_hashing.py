@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from keyedstate.errors import ConfigurationError, NullKeyError, UnsupportedKeyTypeError
-from keyedstate.keygroups import key_group_of_columns, key_group_of_key, spark_xxhash64
 from keyedstate.key_types import KeyColumnType, infer_key_types, key_column_type, key_column_types
+from keyedstate.keygroups import key_group_of_columns, key_group_of_key, spark_xxhash64
 
 UTC = dt.timezone.utc
 IST = dt.timezone(dt.timedelta(hours=5, minutes=30))
@@ -62,8 +62,9 @@ COLUMNS: list[tuple[str, str, list[Any], Callable[[random.Random], Any]]] = [
      [Decimal(v) for v in (0, 1, -1, 127, 128, -128, -129, 255, 256, 2**63, -(2**63) - 1, 10**19 - 1, -(10**19) + 1)],
      lambda r: Decimal(r.randint(-(10**19) + 1, 10**19 - 1))),
     ("dec_38_18", "decimal(38,18)",
-     [Decimal("0"), Decimal("1.5"), Decimal("-1.000000000000000001"), Decimal("12345678901234567890.123456789012345678"),
-      Decimal("-99999999999999999999.999999999999999999"), Decimal("0.000000000000000001")],
+     [Decimal("0"), Decimal("1.5"), Decimal("-1.000000000000000001"),
+      Decimal("12345678901234567890.123456789012345678"), Decimal("-99999999999999999999.999999999999999999"),
+      Decimal("0.000000000000000001")],
      lambda r: Decimal(f"{r.randint(-(10**38) + 1, 10**38 - 1)}E-18")),
     ("dec_38_0", "decimal(38,0)", [Decimal(10**38 - 1), Decimal(-(10**38) + 1), Decimal(2**64), Decimal(-(2**64))],
      lambda r: Decimal(r.randint(-(10**38) + 1, 10**38 - 1))),

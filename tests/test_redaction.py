@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from keyedstate.redaction import (
-    REDACTED, is_secret, redact_options, redact_text, redact_uri, secret_values, uri_credentials, without_credentials,
+    REDACTED,
+    is_secret,
+    redact_options,
+    redact_text,
+    redact_uri,
+    secret_values,
+    uri_credentials,
+    without_credentials,
 )
 
 

@@ -14,10 +14,8 @@ import importlib.util
 import os
 import subprocess
 import sys
-import time
-import uuid
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import pytest
 from local_spark import local_spark_session

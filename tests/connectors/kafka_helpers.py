@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from typing import Callable, Optional
-
-import logging
 
 #: librdkafka log lines of test clients go to Python logging (captured by pytest) instead of stderr.
 _QUIET = logging.getLogger("tests.kafka.clients")
@@ -52,8 +51,8 @@ def produce(bootstrap: str, topic: str, n: int, partitions: int, start: int = 0,
     """Produce values ``b"<i>"`` for i in [start, start+n), round-robin over partitions (partition = i % parts)."""
     from confluent_kafka import Producer
 
-    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "logger": _QUIET, "linger.ms": 20, "enable.idempotence": "true",
-                  "batch.num.messages": 10000})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "logger": _QUIET, "linger.ms": 20,
+                  "enable.idempotence": "true", "batch.num.messages": 10000})
     for i in range(start, start + n):
         kwargs = {}
         if timestamp_ms is not None:

@@ -1,4 +1,5 @@
-"""The three versions of the function the lifecycle test upgrades through savepoints (tests/connectors/test_job_lifecycle.py).
+"""The three versions of the function the lifecycle test upgrades through savepoints
+(tests/connectors/test_job_lifecycle.py).
 
 Every element yields ``(user, count, total)``: the key's running count and sum of amounts, so an element lost,
 duplicated or counted against another key's state shows in the output. v1 keeps the count as INT and a ``profile``

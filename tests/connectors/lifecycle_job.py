@@ -5,7 +5,8 @@ the savepoint, Spark's own Kafka sink; Trigger.AvailableNow, then the final keye
     python lifecycle_job.py CONFIG.json
 
 CONFIG: bootstrap, in_topic, out_topic, savepoint (path), starting_offsets (Spark's offset JSON), checkpoint,
-num_key_groups, state_local_dir, state_json (where the Spark version and the final state go), jars (the spark-sql-kafka jars).
+num_key_groups, state_local_dir, state_json (where the Spark version and the final state go), jars (the
+spark-sql-kafka jars).
 """
 
 from __future__ import annotations

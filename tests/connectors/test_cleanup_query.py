@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from kafka_helpers import create_topic, produce, read_committed, unique
 
 from connectors.kafka import FORMAT_NAME
 from connectors.kafka.progress_groups import find_progress_groups
+from kafka_helpers import create_topic, produce, read_committed, unique
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
 from keyedstate.cleanup import clean_up_query
 from keyedstate.errors import CleanupRefusedError

@@ -12,12 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka_helpers import committed_offsets, read_committed, unique
 
 from connectors.kafka import BrokersUnavailableError
 from examples.demo import generate_batches
 from examples.demo_kafka import check_broker
 from examples.rich_fraud import RichFraudDetector
+from kafka_helpers import committed_offsets, read_committed, unique
 from keyedstate.testing import KeyedProcessHarness
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,6 @@ import datetime as dt
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from kafka_helpers import BatchFileSink, create_topic, produce, read_sink, unique, wait_for
 
 from connectors.kafka import FORMAT_NAME
+from kafka_helpers import BatchFileSink, create_topic, produce, read_sink, unique, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 

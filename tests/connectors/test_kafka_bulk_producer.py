@@ -8,13 +8,13 @@ from collections import defaultdict
 
 import pyarrow as pa
 import pytest
-from kafka_helpers import create_topic, read_committed, unique
 
 from connectors.kafka import sink_producers, sink_writer
 from connectors.kafka.bulk_producer import BulkProducer, bulk_path_available, takes_columns
 from connectors.kafka.errors import KafkaConfigurationError, RecordTooLargeError, UnknownTopicError
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
+from kafka_helpers import create_topic, read_committed, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("empty_producer_pool")]
 
@@ -135,7 +135,8 @@ def test_only_plain_value_and_key_columns_take_the_bulk_path():
 FAILURES = {
     "a record above the producer's size limit": (["small", "x" * 5000, "after"], {"kafka.message.max.bytes": "2000"},
                                                  True, RecordTooLargeError, "kafka.message.max.bytes"),
-    "an unknown topic": (["v"], {"brokerRetryTimeoutMs": "2000"}, False, UnknownTopicError, "topic '{topic}' does not exist"),
+    "an unknown topic": (["v"], {"brokerRetryTimeoutMs": "2000"}, False, UnknownTopicError,
+                         "topic '{topic}' does not exist"),
     "a producer property librdkafka rejects": (["v"], {"kafka.no.such.property": "1"}, True,
                                                KafkaConfigurationError, "no.such.property"),
 }

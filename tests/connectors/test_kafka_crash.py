@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from kafka_helpers import (
     CommitMonitor,
     committed_offsets,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from kafka_helpers import create_topic, produce, unique, wait_for
 
 from connectors.kafka import (
     FORMAT_NAME,
@@ -13,8 +12,9 @@ from connectors.kafka import (
     UnknownTopicError,
 )
 from connectors.kafka.fetch import KafkaInputPartition, read_range
-from connectors.kafka.source_options import parse_options
 from connectors.kafka.source import KafkaStreamReader
+from connectors.kafka.source_options import parse_options
+from kafka_helpers import create_topic, produce, unique, wait_for
 
 pytestmark = pytest.mark.kafka
 

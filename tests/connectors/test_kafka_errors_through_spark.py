@@ -5,10 +5,10 @@ class (the check runs in a Python process the driver JVM starts), and ``keyedsta
 from __future__ import annotations
 
 import pytest
-from kafka_helpers import create_topic, unique
 from pyspark.errors import AnalysisException, StreamingQueryException
 
 from connectors.kafka import FORMAT_NAME, KafkaConfigurationError, MissingGroupIdError, parse_options
+from kafka_helpers import create_topic, unique
 from keyedstate.errors import KeyedStateError, unwrap, unwrapped
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, TIMESTAMP_NOT_AVAILABLE, Message
 
 from connectors.kafka.fetch import ARROW_SCHEMA, _consume, _to_batch
-from connectors.kafka.source_options import parse_options
 from connectors.kafka.retry import RetryBudget
+from connectors.kafka.source_options import parse_options
 
 
 def test_batch_columns_match_spark_kafka_source_conventions():

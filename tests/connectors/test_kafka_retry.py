@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from connectors.kafka import BrokersUnavailableError, KafkaRequestError, OffsetOutOfRangeError, UnknownTopicError
-from connectors.kafka import error_codes
+from connectors.kafka import (
+    BrokersUnavailableError,
+    KafkaRequestError,
+    OffsetOutOfRangeError,
+    UnknownTopicError,
+    error_codes,
+)
 from connectors.kafka.retry import RetryBudget, call_with_retry
 
 
@@ -62,7 +67,7 @@ def test_budget_restarts_after_a_success():
     for _ in range(3):  # three separate 2 s outages never exhaust a 3 s budget
         state = {"fails": 4}
 
-        def fn():
+        def fn(state=state):
             if state["fails"]:
                 state["fails"] -= 1
                 raise down()

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from kafka_helpers import committed_offsets, create_topic, produce, read_committed, unique
 
 from connectors.kafka import FORMAT_NAME
+from kafka_helpers import committed_offsets, create_topic, produce, read_committed, unique
 from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor
 from keyedstate.spark import keyed_process, stop_with_savepoint
 

@@ -8,9 +8,9 @@ import pytest
 from connectors.kafka.bulk_producer import bulk_path_available
 from connectors.kafka.client import KafkaClient
 from connectors.kafka.errors import KafkaConfigurationError
-from connectors.kafka.source_options import parse_options
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_producers import DeliveryErrors, create_producer
+from connectors.kafka.source_options import parse_options
 from keyedstate.redaction import REDACTED
 
 CANARY = "canary-c4f1e8"

@@ -4,9 +4,9 @@ columns of Spark's Kafka sink, and failures that name their cause."""
 from __future__ import annotations
 
 import pytest
-from kafka_helpers import committed_offsets, create_topic, produce, read_committed, unique
 
 from connectors.kafka import FORMAT_NAME
+from kafka_helpers import committed_offsets, create_topic, produce, read_committed, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -35,7 +35,8 @@ def test_exactly_once_writes_each_row_once_with_keys_and_headers_and_records_pro
     source, out = create_topic(bs, 2), create_topic(bs, 3)
     produce(bs, source, 300, 2, headers=True)
     prefix = unique("alerts")
-    query_id = _run(_input(spark, bs, source).selectExpr("key", "concat('out-', cast(value as string)) as value", "headers"),
+    query_id = _run(_input(spark, bs, source).selectExpr("key", "concat('out-', cast(value as string)) as value",
+                                                         "headers"),
          tmp_path / "ckpt", **{"kafka.bootstrap.servers": bs, "topic": out, "transactionalIdPrefix": prefix})
 
     records = read_committed(bs, out)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from kafka_helpers import create_topic, read_committed
 
 from connectors.kafka import sink_writer
 from connectors.kafka.bulk_producer import bulk_path_available
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
+from kafka_helpers import create_topic, read_committed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("empty_producer_pool")]
 

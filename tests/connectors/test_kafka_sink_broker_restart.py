@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka_helpers import create_topic, produce, read_committed, unique, wait_for
 
 from connectors.kafka import FORMAT_NAME, KafkaSource
 from connectors.kafka import errors as kafka_connector_errors
 from connectors.kafka.sink import KafkaStreamWriter
+from kafka_helpers import create_topic, produce, read_committed, unique, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+
 from kafka_helpers import create_topic, read_committed, spark_batch_end, spark_log_batches, unique, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from kafka_helpers import create_topic, read_committed, unique
 
 from connectors.kafka import sink_producers
 from connectors.kafka.errors import RecordTooLargeError
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
+from kafka_helpers import create_topic, read_committed, unique
 
 pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("empty_producer_pool")]
 

@@ -7,7 +7,6 @@ import threading
 
 import pyarrow as pa
 import pytest
-from kafka_helpers import create_topic, read_committed, unique
 
 from connectors.kafka.errors import (
     ProducerFencedError,
@@ -17,6 +16,7 @@ from connectors.kafka.errors import (
 )
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
+from kafka_helpers import create_topic, read_committed, unique
 
 pytestmark = [pytest.mark.kafka]
 
@@ -208,4 +208,5 @@ def test_a_generic_fatal_error_is_explained_by_the_call_after_it():
     fenced = KafkaException(KafkaError(KafkaError._FENCED, "fenced by newer producer instance", fatal=True))
     assert error_codes.is_generic_fatal(generic) and not error_codes.is_fenced(generic)
     assert not error_codes.is_generic_fatal(fenced) and error_codes.is_fenced(fenced)
-    assert type(error_codes.translate(fenced, brokers="b", topic="t", action="writing")).__name__ == "ProducerFencedError"
+    assert (type(error_codes.translate(fenced, brokers="b", topic="t", action="writing")).__name__
+            == "ProducerFencedError")

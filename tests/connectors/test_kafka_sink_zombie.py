@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from kafka_helpers import create_topic, produce, read_committed, unique, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
+
+from connectors.kafka import FORMAT_NAME, KafkaOffsetCommitListener, attach_commit_listener
 from kafka_helpers import (
     BatchFileSink,
     CommitMonitor,
@@ -18,8 +20,6 @@ from kafka_helpers import (
     unique,
     wait_for,
 )
-
-from connectors.kafka import FORMAT_NAME, KafkaOffsetCommitListener, attach_commit_listener
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

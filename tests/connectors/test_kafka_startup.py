@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 
 import pytest
-from kafka_helpers import BatchFileSink, committed_offsets, create_topic, produce, read_sink, unique
 
 from connectors.kafka import (
     FORMAT_NAME,
@@ -18,8 +17,9 @@ from connectors.kafka import (
     NoOffsetForTimestampError,
     OffsetOutOfRangeError,
 )
-from connectors.kafka.source_options import parse_options
 from connectors.kafka.source import KafkaStreamReader
+from connectors.kafka.source_options import parse_options
+from kafka_helpers import BatchFileSink, committed_offsets, create_topic, produce, read_sink, unique
 
 pytestmark = pytest.mark.kafka
 

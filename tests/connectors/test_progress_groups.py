@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from kafka_helpers import create_topic, unique, wait_for
 
 from connectors.kafka.progress_groups import delete_progress_groups, find_progress_groups
+from kafka_helpers import create_topic, unique, wait_for
 from keyedstate.errors import CleanupRefusedError
 
 pytestmark = pytest.mark.kafka

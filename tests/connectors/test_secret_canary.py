@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from kafka_helpers import create_topic, produce, read_committed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
@@ -131,7 +132,8 @@ def test_no_canary_secret_is_written_anywhere(kafka_broker, tmp_path):
         assert "INFO MicroBatchExecution" in spark_log.read_text(errors="replace")
 
         written = [driver_log, spark_log, logs, tmp_path / "events", tmp_path / "checkpoint",
-                   tmp_path / "checkpoint-jaas", server.data_dir, tmp_path / "state-local", tmp_path / "spark-local", out]
+                   tmp_path / "checkpoint-jaas", server.data_dir, tmp_path / "state-local", tmp_path / "spark-local",
+                   out]
         assert _hits([p for p in written if p.exists()], canaries) == []
     finally:
         server.kill()

@@ -148,7 +148,7 @@ def test_every_module_and_name_of_ours_the_architecture_page_names_exists():
 
 def test_every_first_party_module_docstrings_point_to_exists():
     problems = []
-    for module, path in sorted(_modules().items()):
+    for _, path in sorted(_modules().items()):
         for name in _SPHINX_ROLE.findall(path.read_text()):
             if name.split(".")[0] in PACKAGES:
                 reason = _unresolved(name)

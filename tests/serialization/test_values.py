@@ -21,10 +21,10 @@ class Point:
 
 
 VALUES = [
-    None, True, 0, -(2**100), 1.5, "text", b"raw", [1, "a", None], (1, (2, 3)), {"a": {"b": [1]}}, {(1, 2): "tuple-key"},
-    {1, 2}, frozenset({"x"}), dt.datetime(2024, 5, 1, 8, 0, 0, 123456), dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc),
-    dt.datetime(2024, 5, 1, tzinfo=dt.timezone(dt.timedelta(hours=2))), dt.date(2020, 1, 1), dt.timedelta(seconds=1.5),
-    decimal.Decimal("12.3400"), Point(1, 2), [Point(3, 4)],
+    None, True, 0, -(2**100), 1.5, "text", b"raw", [1, "a", None], (1, (2, 3)), {"a": {"b": [1]}},
+    {(1, 2): "tuple-key"}, {1, 2}, frozenset({"x"}), dt.datetime(2024, 5, 1, 8, 0, 0, 123456),
+    dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc), dt.datetime(2024, 5, 1, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+    dt.date(2020, 1, 1), dt.timedelta(seconds=1.5), decimal.Decimal("12.3400"), Point(1, 2), [Point(3, 4)],
 ]
 
 

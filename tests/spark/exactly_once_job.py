@@ -28,7 +28,8 @@ from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescri
 from keyedstate.spark_compat import current_batch_id
 from tests.spark.local_cluster import executor_jvm_pid, use_private_spark_home
 
-if __name__ != "__main__":  # imported by a test: Spark's workers cannot import the tests (run as a script they need not)
+if __name__ != "__main__":
+    # imported by a test: Spark's workers cannot import the tests (run as a script they need not)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 TIMEOUT_MS = 60_000

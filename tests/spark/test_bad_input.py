@@ -43,7 +43,8 @@ def run_until_failure(spark, tmp_path, function, rows, name, input_index: int = 
 
 
 def test_a_null_key_names_the_key_group_and_batch(spark, tmp_path, state_backend):
-    message = run_until_failure(spark, tmp_path, Count(), [{"user": None, "payload": "x", "ts": "2024-01-01T00:00:00Z"}],
+    message = run_until_failure(spark, tmp_path, Count(),
+                                [{"user": None, "payload": "x", "ts": "2024-01-01T00:00:00Z"}],
                                 "null_key", **state_backend)
     assert "NullKeyError" in message and "null key" in message
     assert "key group" in message and "batch 0" in message
@@ -110,7 +111,8 @@ def test_restarting_with_another_number_of_key_groups_is_refused(spark, tmp_path
     assert "num_key_groups=7" in message and "num_key_groups=5" in message
 
 
-def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_schema_check(spark, tmp_path, state_backend):
+def test_restarting_with_another_key_group_layout_is_refused_by_sparks_state_schema_check(spark, tmp_path,
+                                                                                          state_backend):
     # The layouts group by columns of different types (int, bigint), so the new layout can never silently read the
     # old rows as empty state: Spark compares the key schema with the checkpoint's before the first batch runs.
     message = failure_after_restart(spark, tmp_path, {"key_group_layout": "identity", **state_backend}, state_backend)

@@ -11,7 +11,13 @@ import pytest
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
-from keyedstate import KeyedCoProcessFunction, KeyedProcessFunction, KeyedStateBootstrapFunction, Types, ValueStateDescriptor
+from keyedstate import (
+    KeyedCoProcessFunction,
+    KeyedProcessFunction,
+    KeyedStateBootstrapFunction,
+    Types,
+    ValueStateDescriptor,
+)
 from keyedstate.errors import ConfigurationError
 from keyedstate.spark import KeyedStateBootstrap, bootstrap_keyed_state, keyed_co_process, keyed_process
 from tests.spark.file_stream import start_query, wait_until, write_input

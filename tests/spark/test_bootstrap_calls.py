@@ -18,10 +18,10 @@ from keyedstate.errors import ConfigurationError
 from keyedstate.spark.bootstrap import _BootstrapJob, _group_function
 from keyedstate.spark.group_function import _RUNTIMES, make_group_function
 from keyedstate.spark.group_spec import GroupFunctionSpec
-from keyedstate.state.key_groups.initial_state import InitialState, KeyedStateBootstrap, resolve_initial_state
 from keyedstate.spark.key_group_layout import balanced_grouping_value
 from keyedstate.spark.options import PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.output_frames import OutputLayout
+from keyedstate.state.key_groups.initial_state import InitialState, KeyedStateBootstrap, resolve_initial_state
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.state.rocksdb.versions import SnapshotPolicy, VersionRecord
 from tests.spark.test_group_function_unit import FakeGroupState
@@ -87,8 +87,8 @@ def bootstrap(tmp_path, backend: str, rows: dict[int, list[tuple[str, int, int]]
     it, as bootstrap_keyed_state does with Spark's groups."""
     path = str(tmp_path / name)
     options = KeyedProcessOptions(
-        time_mode=PROCESSING_TIME, num_key_groups=KEY_GROUPS, state_backend=backend, state_storage=path, uid="bootstrap",
-        state_local_dir=str(tmp_path / "local") if backend == "rocksdb" else None)
+        time_mode=PROCESSING_TIME, num_key_groups=KEY_GROUPS, state_backend=backend, state_storage=path,
+        uid="bootstrap", state_local_dir=str(tmp_path / "local") if backend == "rocksdb" else None)
     job = _BootstrapJob.create(function or Seed(), options, (("user", "string"),), ("user", "n", "ts"))
     group = _group_function(job)
     results = []

@@ -32,7 +32,8 @@ def iso(ms: int) -> str:
 def write_all_input(base: Path) -> None:
     for index in range(FILES):
         rows = [
-            {"user": f"u{(index * 7 + i) % 10}", "payload": f"{'ab'[i % 2]}-{index}-{i}", "ts": iso(T0 + index * 20_000 + i * 500)}
+            {"user": f"u{(index * 7 + i) % 10}", "payload": f"{'ab'[i % 2]}-{index}-{i}",
+             "ts": iso(T0 + index * 20_000 + i * 500)}
             for i in range(12)
         ]
         write_input(base / "in", index, rows)

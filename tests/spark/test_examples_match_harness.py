@@ -109,7 +109,8 @@ def test_fraud_detection_on_spark_equals_the_harness(spark, tmp_path, num_key_gr
     window_ms = 8_000  # wide enough that a slow batch on a busy machine stays inside it
     small, large = 0.5, 900.0
     inputs = [
-        [{"account_id": "a", "amount": small}, {"account_id": "b", "amount": small}, {"account_id": "c", "amount": 20.0}],
+        [{"account_id": "a", "amount": small}, {"account_id": "b", "amount": small},
+         {"account_id": "c", "amount": 20.0}],
         [{"account_id": "a", "amount": large}, {"account_id": "c", "amount": small}],  # a: alert
         [{"account_id": "b", "amount": large}, {"account_id": "d", "amount": small}],  # b: window passed, no alert
         [{"account_id": "c", "amount": large}, {"account_id": "d", "amount": large}],  # d: alert; c: window passed

@@ -10,17 +10,17 @@ import numpy as np
 import pandas as pd
 import pytest
 from pyspark.sql import Row
+from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 from keyedstate import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError, NullKeyError, UserFunctionError
+from keyedstate.spark.group_elements import column_values, first_null, group_order, key_codes, row_factory
 from keyedstate.spark.group_function import _RUNTIMES, make_group_function
 from keyedstate.spark.group_spec import GroupFunctionSpec
-from keyedstate.spark.options import EVENT_TIME, PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.key_group_layout import balanced_grouping_value
+from keyedstate.spark.options import EVENT_TIME, PROCESSING_TIME, KeyedProcessOptions
 from keyedstate.spark.output_frames import OutputLayout
-from keyedstate.spark.group_elements import column_values, first_null, group_order, key_codes, row_factory
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
-from pyspark.sql.types import LongType, StringType, StructField, StructType
 
 
 class FakeGroupState(MemoryGroupState):

@@ -14,11 +14,11 @@ from decimal import Decimal
 import pytest
 
 from keyedstate import KeyedProcessFunction, KeyedStateBootstrapFunction, Types, ValueStateDescriptor
+from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.errors import SerializationError
 from keyedstate.spark import bootstrap_keyed_state
 from keyedstate.spark.state_reader import decode_state_row
 from keyedstate.state.key_groups.initial_state import InitialState, read_bootstrap_manifest
-from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.state.key_groups.row_format import StateRow
 from keyedstate.testing import KeyedProcessHarness
 

@@ -19,8 +19,8 @@ import pytest
 from keyedstate.errors import CheckpointNotInspectableError
 from keyedstate.keygroups import key_group_of_key
 from keyedstate.spark import inspect_keyed_state, read_keyed_state_frame
-from keyedstate.spark_compat import read_state_rows
 from keyedstate.spark.state_frame import TIMERS_STATE
+from keyedstate.spark_compat import read_state_rows
 from keyedstate.state.key_groups.row_format import StateRow, decode_state_payload
 from keyedstate.state.rocksdb.versions import VersionRecord
 from tests.spark.file_stream import read_batches

@@ -16,7 +16,6 @@ from keyedstate import KeyedProcessFunction
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import MAX_NUM_KEY_GROUPS
 from keyedstate.spark import add_key_group_column, keyed_process
-from tests.spark.file_stream import write_input
 from keyedstate.spark.key_group_layout import (
     BALANCED,
     IDENTITY,
@@ -25,6 +24,7 @@ from keyedstate.spark.key_group_layout import (
     key_group_of_grouping_value,
     spark_hash_long,
 )
+from tests.spark.file_stream import write_input
 
 pytestmark = [pytest.mark.spark]
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 
 from keyedstate.state.rocksdb.versions import SnapshotPolicy
-from tests.spark.test_group_function_unit import FakeGroupState
 from tests.spark import test_rocksdb_mode_calls
-from tests.spark.test_rocksdb_mode_calls import KEY_GROUP, _run_with_an_older_copy, call, changelog_cache
+from tests.spark.test_group_function_unit import FakeGroupState
+from tests.spark.test_rocksdb_mode_calls import _run_with_an_older_copy, call, changelog_cache
 
 worker = test_rocksdb_mode_calls.worker  # the fixture: a worker process's group function for a RocksDB-mode query
 

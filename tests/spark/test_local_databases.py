@@ -9,8 +9,8 @@ import time
 import pytest
 
 from keyedstate.errors import StateBackendLockedError
-from keyedstate.state.key_groups.timer_counts import read_timer_counts, write_timer_counts
 from keyedstate.spark.local_databases import TAG_FILE, LocalDatabases
+from keyedstate.state.key_groups.timer_counts import read_timer_counts, write_timer_counts
 
 
 def database(local: LocalDatabases, key_group: int, age_seconds: float) -> str:

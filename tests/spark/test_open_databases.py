@@ -30,7 +30,8 @@ class FakeDatabase:
         self.closed_at = time.monotonic()
 
 
-def kept_database(local: LocalDatabases, open_databases: OpenDatabases, key_group: int, tag: str) -> tuple[str, FakeDatabase]:
+def kept_database(local: LocalDatabases, open_databases: OpenDatabases, key_group: int,
+                  tag: str) -> tuple[str, FakeDatabase]:
     path = local.path("query", "Count", key_group)
     os.makedirs(path)
     database = FakeDatabase(path)

@@ -149,7 +149,7 @@ def test_each_metric_in_the_progress_counts_what_the_batches_did(spark, tmp_path
     assert batches[0]["processingTimeTimerLagMs"] == spark_batches[0].timestamp - 1_000
     assert batches[1]["processingTimeTimerLagMs"] is None
     # without calls a batch reports zeros
-    for batch_id, values in metrics.items():
+    for values in metrics.values():
         if values["numKeyGroups"] == 0:
             assert values["numRecordsIn"] == 0 and values["currentWatermark"] is None
     # the metric rows are observed, then filtered out of the stream: the output is the function's alone

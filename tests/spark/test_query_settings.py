@@ -1,4 +1,5 @@
-"""The restart record's rules, without Spark: what binds a restart, what may change, and what a failed attempt leaves."""
+"""The restart record's rules, without Spark: what binds a restart, what may change, and what a failed
+attempt leaves."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.errors import StreamingQueryException
 
-from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from keyedstate.spark import read_keyed_state
+from keyedstate.state.rocksdb.versions import SnapshotPolicy
 from tests.spark.rocksdb_runs import SMALL_POLICY, output_of, run_batches
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -79,7 +79,7 @@ USERS = [f"u{i:03d}" for i in range(300)]  # more timers than the queue caches (
 
 
 @pytest.mark.parametrize("reuse", [True, False], ids=["database-kept-open", "database-closed-between-calls"])
-def test_only_the_first_call_reads_every_timer_and_the_count_stays_exact(worker, scans, reuse):
+def test_only_the_first_call_reads_every_timer_and_the_count_stays_exact(worker, scans, reuse):  # noqa: F811 (the fixture)
     function, state = worker(reuse=reuse, function=LatestTimer(), side_schemas=WITH_METRICS), GroupStateAt()
     assert pending_timers(function, USERS, state, at_ms=1_000) == 300
     assert scans == []  # a key group without a committed version starts from zero timers
@@ -90,7 +90,7 @@ def test_only_the_first_call_reads_every_timer_and_the_count_stays_exact(worker,
     assert scans == []
 
 
-def test_a_copy_restored_elsewhere_counts_once_then_reads_no_more(worker, scans, tmp_path):
+def test_a_copy_restored_elsewhere_counts_once_then_reads_no_more(worker, scans, tmp_path):  # noqa: F811 (the fixture)
     import shutil
 
     function, state = worker(reuse=False, function=LatestTimer(), side_schemas=WITH_METRICS), GroupStateAt()
@@ -102,7 +102,7 @@ def test_a_copy_restored_elsewhere_counts_once_then_reads_no_more(worker, scans,
     assert scans == [KEY_GROUP]
 
 
-def test_the_counts_of_an_attempt_spark_did_not_commit_are_not_used(worker, scans):
+def test_the_counts_of_an_attempt_spark_did_not_commit_are_not_used(worker, scans):  # noqa: F811 (the fixture)
     function, state = worker(reuse=False, function=LatestTimer(), side_schemas=WITH_METRICS), GroupStateAt()
     pending_timers(function, USERS, state, at_ms=1_000)
     committed = copy.deepcopy(state)

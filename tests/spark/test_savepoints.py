@@ -14,16 +14,21 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspark.errors import StreamingQueryException
 
-from keyedstate import KeyedProcessFunction, ListStateDescriptor, MapStateDescriptor, StateTtlConfig, Types, \
-    ValueStateDescriptor
+from keyedstate import (
+    KeyedProcessFunction,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    StateTtlConfig,
+    Types,
+    ValueStateDescriptor,
+)
+from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.errors import ConfigurationError
 from keyedstate.keygroups import key_group_of_key
 from keyedstate.spark import Savepoint, read_savepoint, stop_with_savepoint, write_savepoint
-from keyedstate.spark.state_reader import decode_state_row
-from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.spark.savepoint_records import SourceDecoder, decode_chunk
+from keyedstate.spark.state_reader import decode_state_row
 from keyedstate.state.key_groups.initial_state import InitialState, read_bootstrap_manifest
 from tests.spark.file_stream import read_batches, replay_in_harness, start_query, write_input
 
@@ -246,8 +251,8 @@ def test_a_savepoint_that_does_not_fit_the_query_is_refused_at_keyed_process_nam
     first = lifecycle["savepoints"][0]  # RocksDB, 8 key groups
     events = spark.readStream.schema(SCHEMA).json(str(tmp_path)).withWatermark("ts", "0 seconds")
     with pytest.raises(ConfigurationError, match=r"is a savepoint written for num_key_groups=8 but keyed_process runs "
-                                                 r"with num_key_groups=4; .*write_savepoint\(spark, .*sp1', <new path>, "
-                                                 r"num_key_groups=4\)"):
+                                                 r"with num_key_groups=4; .*write_savepoint\(spark, .*sp1', "
+                                                 r"<new path>, num_key_groups=4\)"):
         keyed_process(events, ["user"], Tally(), OUTPUT, event_time_column="ts", num_key_groups=4,
                       initial_state=first, **rocksdb(tmp_path))
     with pytest.raises(ConfigurationError, match=r"savepoint written for state_backend='rocksdb' but keyed_process "

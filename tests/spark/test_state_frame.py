@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pickle
 import resource
-from pathlib import Path
 
 import pytest
 

@@ -36,7 +36,8 @@ class FiveTimers(KeyedProcessFunction):
 
     def on_timer(self, timestamp, ctx):
         service = ctx.timer_service()
-        now = service.current_watermark() if ctx.time_domain() is TimeDomain.EVENT_TIME else service.current_processing_time()
+        now = (service.current_watermark() if ctx.time_domain() is TimeDomain.EVENT_TIME
+               else service.current_processing_time())
         yield ctx.get_current_key(), timestamp, now, ctx.time_domain().name
 
 
@@ -61,7 +62,8 @@ def test_five_event_time_timers_fire_in_order_for_an_idle_key(spark, tmp_path, s
         query.stop()
     fired = [tuple(r) for r in spark.sql("select * from event_timers").collect()]
     assert [timer for _, timer, _, _ in fired] == [T0 + i * 1_000 for i in range(1, 6)]
-    assert all(user == "idle" and domain == "EVENT_TIME" and watermark >= timer for user, timer, watermark, domain in fired)
+    assert all(user == "idle" and domain == "EVENT_TIME" and watermark >= timer
+               for user, timer, watermark, domain in fired)
     # The first two fired as soon as the watermark passed them, before the last data batch.
     assert [watermark for _, _, watermark, _ in fired[:2]] == [T0 + 2_500] * 2
 

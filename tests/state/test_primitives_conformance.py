@@ -27,7 +27,6 @@ from keyedstate.state.base import StateMetadata
 from keyedstate.state.rocksdb.changelog import ChangeLog
 from tests.state.sample_descriptors import Average
 
-
 # ---- scoping -----------------------------------------------------------------------------------------------------
 
 

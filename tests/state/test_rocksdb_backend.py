@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -153,7 +154,7 @@ def test_raw_column_is_ordered_and_ranges_work(backend):
     assert list(column.items()) == []
 
 
-# ---- TTL cleanup -------------------------------------------------------------------------------------------------------
+# ---- TTL cleanup -----------------------------------------------------------------------------------------------------
 
 
 def test_cleanup_expired_state_deletes_from_rocksdb(backend, clock):
@@ -175,7 +176,7 @@ def test_cleanup_expired_state_deletes_from_rocksdb(backend, clock):
 
 def test_options_are_frozen_and_validated():
     options = RocksDBOptions()
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         options.compression = "zstd"  # type: ignore[misc]
     with pytest.raises(ConfigurationError, match="compression"):
         RocksDBOptions(compression="brotli")

@@ -16,7 +16,7 @@ from tests.mounts import tmpfs
 def test_a_full_local_disk_names_the_database_and_the_fix(tmp_path):
     with tmpfs(tmp_path / "local", size="1m") as local:
         db = RocksDatabase(str(local / "kg-00001"), RocksDBOptions(), families=["state"])
-        family = db.column_family("state")
+        db.column_family("state")
         with pytest.raises(StateBackendError) as failure:
             for _ in range(20):  # 4 MB into the memtable, flushed by the checkpoint
                 batch = db.new_batch(record=False)

@@ -109,7 +109,8 @@ def test_expired_ttl_entries_are_never_read_and_leave_storage_with_the_next_base
 
 def test_a_stored_changelog_keeps_only_each_keys_last_point_write_and_every_range_delete_in_order():
     log = ChangeLog([(PUT, "s", b"k1", b"1"), (PUT, "s", b"k1", b"2"), (DELETE_RANGE, "s", b"k", b"l"),
-                     (PUT, "s", b"k1", b"3"), (PUT, "t", b"k1", b"x"), (PUT, "s", b"k2", b"1"), (DELETE, "s", b"k2", None)])
+                     (PUT, "s", b"k1", b"3"), (PUT, "t", b"k1", b"x"), (PUT, "s", b"k2", b"1"),
+                     (DELETE, "s", b"k2", None)])
     assert ChangeLog.decode(log.encode(), "test").ops == [
         (DELETE_RANGE, "s", b"k", b"l"), (PUT, "s", b"k1", b"3"), (PUT, "t", b"k1", b"x"), (DELETE, "s", b"k2", None)]
 

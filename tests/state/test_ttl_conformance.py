@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from keyedstate import (AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor, ReducingStateDescriptor,
-                        StateTtlConfig, ValueStateDescriptor)
-from tests.state.sample_descriptors import Average, TTL_MS, with_ttl
-
+from keyedstate import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+)
+from tests.state.sample_descriptors import TTL_MS, Average, with_ttl
 
 # ---- TTL (semantics.md item 12) ----------------------------------------------------------------------------------
 

@@ -10,11 +10,17 @@ import os
 import pytest
 
 from keyedstate import KeyedProcessFunction, StateTtlConfig, Time, Types
-from keyedstate.state import AggregateFunction, AggregatingStateDescriptor, ListStateDescriptor, MapStateDescriptor
-from keyedstate.state import ReducingStateDescriptor, ValueStateDescriptor
 from keyedstate.errors import ConfigurationError, SnapshotCorruptedError, UserFunctionError
 from keyedstate.keygroups import key_group_of_key, key_group_range_for_partition
 from keyedstate.spark import KeyedProcessOptions
+from keyedstate.state import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.state.key_groups.memory_group_state import MemoryGroupState
 from keyedstate.state.key_groups.row_format import (
@@ -47,9 +53,9 @@ class Distinct(AggregateFunction):
 class EveryState(KeyedProcessFunction):
     """Element (key, number): writes number into a state of every kind; ("key", None) reports them all."""
 
-    def __init__(self, register_map: bool = True, value_type=Types.LONG()):
+    def __init__(self, register_map: bool = True, value_type=None):
         self.register_map = register_map
-        self.value_type = value_type
+        self.value_type = value_type or Types.LONG()
 
     def open(self, runtime_context):
         ttl = StateTtlConfig.new_builder(Time.seconds(60)).build()
@@ -128,7 +134,7 @@ def test_the_rows_are_the_ones_spark_commits_per_key_group(backend_kind):
     snapshot = filled_snapshot(backend_kind, 50)
     groups = {key_group_of_key(key_of(i), MAX_PARALLELISM) for i in range(50)}
     assert set(snapshot.rows) == groups  # a row per key group with state, none for the others
-    for key_group, row in snapshot.rows.items():
+    for row in snapshot.rows.values():
         state_row = StateRow.from_row(row)
         assert state_row.key_groups == MAX_PARALLELISM
         if backend_kind == "heap":

@@ -41,7 +41,8 @@ class Scripted(KeyedProcessFunction):
 
     def on_timer(self, timestamp, ctx):
         service = ctx.timer_service()
-        yield ("timer", ctx.get_current_key(), timestamp, ctx.time_domain(), service.current_watermark(), self.seen.value())
+        yield ("timer", ctx.get_current_key(), timestamp, ctx.time_domain(), service.current_watermark(),
+               self.seen.value())
         if ctx.time_domain() is TimeDomain.EVENT_TIME and timestamp % 1000 == 1:
             service.register_event_time_timer(timestamp - 1)  # at or before the watermark: fires in this advance
 

@@ -13,7 +13,7 @@ def stream(seed: int = 3):
     """(element, timestamp) and ("watermark", value) steps over 40 users."""
     rng = random.Random(seed)
     steps, now = [], 0
-    for round_ in range(60):
+    for _ in range(60):
         for _ in range(rng.randrange(5, 15)):
             now += rng.randrange(0, 4_000)
             steps.append(({"user": f"user-{rng.randrange(40)}", "action": rng.choice("abc")}, now))
@@ -32,10 +32,18 @@ def run(harnesses, steps, route):
     return sorted(record for harness in harnesses for record in harness.extract_output())
 
 
+def user_of(event) -> str:
+    return event["user"]
+
+
+def owner_of_three(user: str) -> int:
+    return partition_for_key_group(key_group_of_key(user, 128), 3, 128)
+
+
 def test_restore_into_one_and_into_three_partitions_continues_exactly(backend_kind):
     steps = stream()
     cut = len(steps) // 2
-    key = lambda event: event["user"]
+    key = user_of
 
     uninterrupted = KeyedProcessHarness(SessionGapFunction(), key, backend=backend_kind).open()
     expected = run([uninterrupted], steps, lambda user: 0)
@@ -52,18 +60,18 @@ def test_restore_into_one_and_into_three_partitions_continues_exactly(backend_ki
     same.close()
 
     three = [
-        KeyedProcessHarness.restore(SessionGapFunction(), key, snapshot, backend=backend_kind, partition=i, partitions=3)
+        KeyedProcessHarness.restore(SessionGapFunction(), key, snapshot, backend=backend_kind, partition=i,
+                                    partitions=3)
         for i in range(3)
     ]
-    owner = lambda user: partition_for_key_group(key_group_of_key(user, 128), 3, 128)
-    assert sorted(before + run(three, steps[cut:], owner)) == expected
+    assert sorted(before + run(three, steps[cut:], owner_of_three)) == expected
     for harness in three:
         harness.close()
 
 
 def test_rescaled_partitions_hold_disjoint_timers_that_add_up(backend_kind):
     steps = stream(5)[:200]
-    key = lambda event: event["user"]
+    key = user_of
     single = KeyedProcessHarness(SessionGapFunction(), key, backend=backend_kind).open()
     run([single], [s for s in steps if s[0] != "watermark"], lambda user: 0)
     total = single.num_event_time_timers()

@@ -34,7 +34,8 @@ class Keeper(KeyedProcessFunction):
         self.states = {}
         for descriptor in self.declare():
             getter = {ListStateDescriptor: runtime_context.get_list_state,
-                      MapStateDescriptor: runtime_context.get_map_state}.get(type(descriptor), runtime_context.get_state)
+                      MapStateDescriptor: runtime_context.get_map_state}.get(type(descriptor),
+                                                                             runtime_context.get_state)
             self.states[descriptor.name] = getter(descriptor)
 
     def process_element(self, value, ctx):
@@ -150,7 +151,9 @@ def test_a_declared_migration_converts_every_stored_value(backend_kind):
 
 
 def test_a_removed_state_is_dropped_and_registered_again_starts_empty(backend_kind):
-    both = lambda: [ValueStateDescriptor("count", Types.LONG()), ValueStateDescriptor("old", Types.STRING())]
+    def both():
+        return [ValueStateDescriptor("count", Types.LONG()), ValueStateDescriptor("old", Types.STRING())]
+
     harness = written_then_restored(backend_kind, both, {"count": 1, "old": "stale"},
                                     lambda: [ValueStateDescriptor("count", Types.LONG())])
     without = harness.snapshot()

@@ -5,12 +5,11 @@ from __future__ import annotations
 import random
 
 import pytest
+from timer_helpers import at, make
 
 from keyedstate.errors import InvalidTimestampError, NoKeyContextError
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import TimeDomain, TimerService
-
-from timer_helpers import at, make
 
 pytestmark = pytest.mark.usefixtures("implementation")  # compiled calls where built, and the Python ones
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from timer_helpers import Recorder
+
 from keyedstate.errors import KeyGroupNotOwnedError, SerializationError
 from keyedstate.keygroups import KeyGroupRange, key_group_of_key
 from keyedstate.serialization import encode_key

@@ -9,8 +9,8 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from timer_helpers import Setup, snapshot_restore
+
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import MAX_WATERMARK, InternalTimerService, TimeDomain
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import random
 import threading
 
-
 from timer_helpers import at, make
+
 from keyedstate import ValueStateDescriptor
 from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE

@@ -4,8 +4,8 @@ directly against InternalTimerService, for every timer storage."""
 from __future__ import annotations
 
 import pytest
-
 from timer_helpers import at, make
+
 from keyedstate.state.base.layout import VOID_NAMESPACE
 from timers import MAX_WATERMARK, MIN_WATERMARK, TimeDomain, TimerService
 

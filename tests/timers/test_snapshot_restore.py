@@ -4,8 +4,8 @@ storage."""
 from __future__ import annotations
 
 import pytest
-
 from timer_helpers import Recorder, at, make, snapshot_restore
+
 from keyedstate.keygroups import KeyGroupRange, key_group_of_key
 from keyedstate.keygroups import key_group_of_stored_key as key_group_of
 from keyedstate.state.base.layout import VOID_NAMESPACE

@@ -14,7 +14,6 @@ from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing.snapshots import harness_store
 from timers import InternalTimer, InternalTimerService, TimeDomain
 
-
 # (backend kind, timer storage): heap timers on the heap backend; the RocksDB timer storage on the RocksDB backend
 # (a real database in tmp_path); and the RocksDB timer storage over the heap backend's sorted in-memory column,
 # which exercises the write-through / head-cache logic with a tiny cache over a second kind of column.
