@@ -42,6 +42,8 @@ from run_sampling import WorkerMemory, bytes_written, files_under, new_bases  # 
 
 # In any run of this many later batches every key group writes exactly one base (each batch touches every key group)
 BASE_CYCLE = SnapshotPolicy().max_changelogs + 1
+# SnapshotPolicy.spread of the RocksDB variants (0: the default policy)
+SNAPSHOT_SPREAD = float(os.environ.get("LARGE_STATE_BENCH_SNAPSHOT_SPREAD", "0"))
 
 VARIANTS = ("heap", "rocksdb", "rocksdb_kg8", "rocksdb_s3", "tws")
 FEW_KEY_GROUPS = 8  # rocksdb_kg8: num_key_groups near the shuffle partition count (4), as docs/spark.md suggests
@@ -175,6 +177,8 @@ def keyed_process_query(source, variant: str, scratch: Path, s3: Any = None):
         "state_local_dir": str(scratch / "local")}
     if variant == "rocksdb_kg8":
         extra["num_key_groups"] = FEW_KEY_GROUPS
+    if variant != "heap" and SNAPSHOT_SPREAD:
+        extra["snapshot_policy"] = SnapshotPolicy(spread=SNAPSHOT_SPREAD)
     if s3 is not None:
         extra.update(state_storage=f"s3://{s3.new_bucket()}/state", state_storage_options=s3.storage_options())
     return keyed_process(source, ["key"], LatestWithTimer(), OUTPUT_SCHEMA, event_time_column="ts", **extra)

@@ -91,6 +91,7 @@ KNOBS = sorted({k for p in PROFILES.values() for k in p} | {"SPARK_BENCH_VARIANT
                                                              "SPARK_BENCH_2M_INTERLEAVED_ROUNDS",
                                                              "SPARK_BENCH_HEAVY", "LARGE_STATE_BENCH_VARIANTS",
                                                              "LARGE_STATE_BENCH_ROUNDS", "LARGE_STATE_BENCH_INSPECT",
+                                                             "LARGE_STATE_BENCH_SNAPSHOT_SPREAD",
                                                              "LARGE_STATE_BENCH_INSPECT_SIZES", "LATENCY_BENCH_RATES",
                                                              "LATENCY_BENCH_SECONDS", "LATENCY_BENCH_ROUNDS"})
 

@@ -18,6 +18,7 @@ Environment knobs (all optional):
     LARGE_STATE_BENCH_ROCKSDB_BATCHES  later batches of the rocksdb variant (default: enough for every key group to
                                  write a new base snapshot, so the bytes per batch amortize them)
     LARGE_STATE_BENCH_ROUNDS     rounds per size, each running every variant in turn (default 1)
+    LARGE_STATE_BENCH_SNAPSHOT_SPREAD  SnapshotPolicy.spread of the RocksDB variants (default 0, the default policy)
     LARGE_STATE_BENCH_INSPECT    variants whose checkpoint the inspector (inspect_keyed_state) reads after the last
                                  measured batch, measuring its driver memory (default: heap,rocksdb; empty: none)
     LARGE_STATE_BENCH_INSPECT_SIZES  the sizes it does that at (default: smoke,200k,4M)
