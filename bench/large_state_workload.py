@@ -40,7 +40,8 @@ from keyedstate import KeyedProcessFunction, Types, ValueStateDescriptor  # noqa
 from keyedstate.spark import SnapshotPolicy  # noqa: E402
 from run_sampling import WorkerMemory, bytes_written, files_under, new_bases  # noqa: E402
 
-# In any run of this many later batches every key group writes exactly one base (each batch touches every key group)
+# In any run of this many later batches every key group writes exactly one base (each batch touches every key group);
+# with LARGE_STATE_BENCH_SNAPSHOT_SPREAD each key group's cycle has its own length, so one on average
 BASE_CYCLE = SnapshotPolicy().max_changelogs + 1
 # SnapshotPolicy.spread of the RocksDB variants (0: the default policy)
 SNAPSHOT_SPREAD = float(os.environ.get("LARGE_STATE_BENCH_SNAPSHOT_SPREAD", "0"))
