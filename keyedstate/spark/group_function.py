@@ -106,7 +106,7 @@ class GroupRuntime:
 
     def run(self, grouping_key: tuple, frames: Iterator[pd.DataFrame], group_state: Any) -> Iterator[pd.DataFrame]:
         batch_id = current_batch_id()
-        self._check_restart(batch_id)
+        self._check_restart(batch_id, bool(group_state.exists))
         self.enter_task()
         key_group = self._key_group(grouping_key, group_state, batch_id)
         where = f"{self.call_name} key group {key_group}, batch {batch_id}"
@@ -133,8 +133,9 @@ class GroupRuntime:
             if not output.empty:
                 yield output
 
-    def _check_restart(self, batch_id: Optional[int]) -> None:
-        """Before this worker process runs anything of a query: are the committed state's settings still ours?"""
+    def _check_restart(self, batch_id: Optional[int], holds_state: bool) -> None:
+        """Before this worker process runs anything of a query: are the committed state's settings still ours?
+        ``holds_state``: whether the called key group has a committed state row."""
         query_id = current_query_id()
         spec = self.spec
         options = spec.options
@@ -150,7 +151,8 @@ class GroupRuntime:
             storage, spec.restart_settings(), descriptors, batch_id, self.call_name,
             starting_states=[StateMetadata.from_json(state) for state in starting],
             query_storage=CheckpointStorage(join_location(options.state_storage, query_id),
-                                            options=options.state_storage_options), uid=options.uid)
+                                            options=options.state_storage_options), uid=options.uid,
+            holds_state=holds_state)
         self._checked_queries.add(query_id)
 
     def enter_task(self) -> None:

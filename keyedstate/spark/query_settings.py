@@ -170,8 +170,8 @@ def _check_starting_states(starting: Iterable[StateMetadata], descriptors: dict[
 def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings,
                            states: Iterable[StateDescriptor], batch_id: Optional[int], call: str,
                            starting_states: Iterable[StateMetadata] = (),
-                           query_storage: Optional[CheckpointStorage] = None, uid: Optional[str] = None
-                           ) -> dict[str, int]:
+                           query_storage: Optional[CheckpointStorage] = None, uid: Optional[str] = None,
+                           holds_state: bool = True) -> dict[str, int]:
     """Compare ``settings`` and the function's registered ``states`` (their descriptors, which may declare
     migrations) with the record in ``storage``; raise before anything runs when the committed state cannot be used
     with them, else record what is new. Returns each registered state's incarnation when not 0 (see
@@ -179,7 +179,9 @@ def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings,
     what an earlier incarnation left in key groups not written since. ``starting_states``: the states recorded by
     the query a savepoint was written from, which a new query's first run is checked against the same way.
     ``query_storage`` (``<state_storage>/<query id>``) and ``uid``: where the records of the query's operators are,
-    to tell a changed ``uid`` from a checkpoint written before records were kept."""
+    to tell a changed ``uid`` from a checkpoint written before records were kept. ``holds_state``: whether the
+    key group being called has committed state; without it, a missing record at a later batch is what a new query
+    whose first batches brought no data leaves, not the sign of an older checkpoint."""
     descriptors = {descriptor.name: descriptor for descriptor in states}
     registered = {name: StateMetadata.of(descriptor) for name, descriptor in descriptors.items()}
     batch = batch_id if batch_id is not None else 0
@@ -190,7 +192,11 @@ def check_restart_settings(storage: CheckpointStorage, settings: QuerySettings,
         record = _record_of_another_uid(query_storage, uid, settings, batch, call)
         if record is not None:  # heap mode: the state is in Spark's store; the record moves to the new uid
             _write(storage, *record)
-    if record is None and batch > 0:
+    if record is None and batch > 0 and not holds_state:
+        logger.info("%s: batch %d finds no settings record (no earlier batch ran a key-group call, or a keyedstate "
+                    "version that did not record settings wrote the checkpoint); recording the current ones",
+                    call, batch)
+    elif record is None and batch > 0:
         logger.warning(
             "%s: batch %d runs on a checkpoint whose settings were not recorded (written by a keyedstate version "
             "that did not record them); recording the current ones. Until this batch commits, a change of "

@@ -113,6 +113,17 @@ def test_a_checkpoint_without_a_record_gets_one_with_a_warning(storage, caplog):
                                "keyed_process")
 
 
+def test_a_new_query_whose_first_batches_brought_no_data_records_its_settings_without_a_warning(storage, caplog):
+    # the rate or Kafka source's first batch is often empty: no call ran, so batch 1 finds no record
+    with caplog.at_level(logging.INFO, logger="keyedstate.spark.restart"):
+        check_restart_settings(storage, SETTINGS, [state("count")], 1, "keyed_process", holds_state=False)
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert "finds no settings record" in caplog.text and "not recorded" not in caplog.text
+    assert record(storage)["since_batch"] == 1
+    with pytest.raises(RestartSettingsChangedError):
+        check_restart_settings(storage, replace(SETTINGS, num_key_groups=8), [state("count")], 2, "keyed_process")
+
+
 def test_a_query_started_from_a_savepoint_is_checked_against_the_savepoints_states_before_its_first_batch(storage):
     saved = [StateMetadata.of(state("count", Types.INT())), StateMetadata.of(state("label", Types.STRING()))]
     with pytest.raises(RestartSettingsChangedError) as raised:

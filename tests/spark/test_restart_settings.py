@@ -18,6 +18,7 @@ from keyedstate.api.co_process_function import KeyedCoProcessFunction
 from keyedstate.keygroups import key_group_of_columns
 from keyedstate.spark import keyed_co_process, keyed_process
 from tests.spark.file_stream import write_input
+from tests.spark.worker_logs import log_warnings_to
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -253,6 +254,31 @@ def test_a_first_batch_that_never_committed_does_not_pin_its_settings(query, tmp
     assert query.committed_batches() == 0
     query.run(Tally(), num_key_groups=8, **storage)  # the fixed version may choose other settings
     assert query.counts() == {"ann": 1}
+
+
+class LoggedTally(Tally):
+    def __init__(self, log_directory: str) -> None:
+        super().__init__()
+        self.log_directory = log_directory
+
+    def open(self, runtime_context):
+        log_warnings_to(self.log_directory)
+        super().open(runtime_context)
+
+
+def test_a_new_query_whose_first_batch_is_empty_records_its_settings_without_a_warning(query, tmp_path):
+    storage = {"state_storage": str(tmp_path / "s")}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    query.add_input([])  # batch 0 holds no rows, so no key-group call runs in it
+    query.add_input(rows(["ann"], 1))
+    query.run(LoggedTally(str(logs)), **storage)
+    assert query.counts() == {"ann": 1}
+    assert not [line for log in logs.iterdir() for line in log.read_text().splitlines() if "restart" in line]
+
+    query.add_input(rows(["ann"], 2))
+    assert "num_key_groups=4, but it now runs with num_key_groups=8" in query.refused(
+        Tally(), num_key_groups=8, **storage)  # the record batch 1 wrote binds the restart
 
 
 class CoTally(KeyedCoProcessFunction):
