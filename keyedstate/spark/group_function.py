@@ -44,6 +44,7 @@ from keyedstate.spark.shipping import ShippedFunction
 from keyedstate.spark_compat import (
     current_batch_id,
     current_query_id,
+    freeze_worker_startup_objects,
     task_attempt_number,
     task_partition_id,
     watermark_or_none,
@@ -387,8 +388,11 @@ def cached_runtime(runtime_id: str, create: Callable[[], _Runtime]) -> _Runtime:
     """This worker process's runtime ``runtime_id``, created by ``create()`` at its first call.
 
     Shipped closures call this module-level function rather than naming ``_RUNTIMES``: a closure naming the dict
-    would ship the driver's copy by value, with every runtime a driver-side call ever created."""
+    would ship the driver's copy by value, with every runtime a driver-side call ever created. The worker's startup
+    objects are frozen before the first runtime is created, so the runtimes themselves (their databases' handles
+    among them) stay with the collector."""
     runtime = _RUNTIMES.get(runtime_id)
     if runtime is None:
+        freeze_worker_startup_objects()
         runtime = _RUNTIMES[runtime_id] = create()
     return runtime
