@@ -53,9 +53,11 @@ logger = logging.getLogger("keyedstate.spark.rocksdb")
 
 IDLE_SECONDS = 900.0
 """A local database unused for this long is removed (15 minutes: far longer than any trigger interval)."""
-MAX_COPIES = max(2, min(8, os.cpu_count() or 2))
-"""Copies of a key group's database per executor: one per worker process that runs it at the same time (an
-executor runs one Python worker per task slot), capped at 8; each costs the key group's state in local disk."""
+MAX_COPIES = max(4, min(8, 2 * (os.cpu_count() or 2)))
+"""Copies of a key group's database per executor: one per Python worker process that may run it, two per core
+(a task that writes to a Python data source, such as the keyedstate-kafka sink, runs the sink's writer in a second
+worker beside the stateful function's, and either may run the function in a later task), at least 4 and at most 8;
+each costs the key group's state in local disk, and only workers that run the key group make one."""
 _SWEEP_EVERY_SECONDS = 60.0
 _ASK_AGAIN_SECONDS = 1.0  # a holder that was running a call on the database when asked closes it after the call
 
