@@ -22,14 +22,14 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
-# The whole suite on the pinned PySpark in two streams that spend much of their time waiting on Spark, so together
-# they take little more than the longer one: the tests that share this process's Spark session, and beside them the
-# compatibility job followed by the tests that start and kill Spark drivers of their own (marked driver_process) and
-# the tests that take several minutes (marked long: 300 micro-batches on S3). The second stream's pytest output is
-# printed at the end. ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and the
-# scripts first, and mypy ([tool.mypy]) the package. After the first stream, the tests that need neither Spark nor
-# Kafka run again in pure Python (KEYEDSTATE_PURE_PYTHON=1); the compatibility job's Spark 4.0 line runs its Spark
-# subset that way too.
+# The whole suite on the pinned PySpark in three streams side by side; the two Spark streams spend much of their time
+# waiting on Spark, so together they take little more than the longer one. First, the tests that share this
+# process's Spark session. Beside them, the compatibility job followed by the tests that start and kill Spark drivers
+# of their own (marked driver_process) and the tests that take several minutes (marked long: 300 micro-batches on
+# S3). And beside both, the tests that need neither Spark nor Kafka again in pure Python (KEYEDSTATE_PURE_PYTHON=1),
+# which use the cores the Spark streams leave idle; the compatibility job's Spark 4.0 line runs its Spark subset that
+# way too. The other streams' pytest output is printed at the end. ruff ([tool.ruff] in pyproject.toml) checks the
+# package, the tests, the benchmarks and the scripts first, and mypy ([tool.mypy]) the package.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
 	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
@@ -37,10 +37,13 @@ test: venv kafka-jars s3proxy-jar
 	@{ COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1; compat=$$?; \
 	   $(PY) -m pytest -m "driver_process or long" --durations=20 $(PYTEST_ARGS) > .cache/beside-tests.log 2>&1; tests=$$?; \
 	   [ $$compat -eq 0 ] && [ $$tests -eq 0 ]; } & beside=$$!; \
-	$(PY) -m pytest -m "not long and not driver_process" $(PYTEST_ARGS); suite=$$?; \
-	echo "---- the tests that need neither Spark nor Kafka again, with the compiled fast path off ----"; \
 	KEYEDSTATE_PURE_PYTHON=1 $(PY) -m pytest -q -m "not spark and not kafka and not long and not driver_process" \
-	  $(PYTEST_ARGS); pure=$$?; \
+	  $(PYTEST_ARGS) > .cache/pure-tests.log 2>&1 & pure=$$!; \
+	$(PY) -m pytest -m "not long and not driver_process" $(PYTEST_ARGS); suite=$$?; \
+	wait $$pure; pure=$$?; \
+	echo "---- beside the suite: the tests that need neither Spark nor Kafka again, with the compiled fast path off" \
+	  "(.cache/pure-tests.log) ----"; \
+	tail -n 15 .cache/pure-tests.log; \
 	wait $$beside; beside=$$?; \
 	echo "---- beside the suite: the tests marked driver_process or long (.cache/beside-tests.log) ----"; \
 	cat .cache/beside-tests.log; \
@@ -48,7 +51,7 @@ test: venv kafka-jars s3proxy-jar
 	[ $$suite -eq 0 ] && [ $$pure -eq 0 ] && [ $$beside -eq 0 ]
 
 # The whole suite (every marker) with the compiled fast path off, one stream (~35 min idle): what `make test` does
-# for the tests that need neither Spark nor Kafka, for all of them. Not part of `make test`, whose 30-minute budget
+# for the tests that need neither Spark nor Kafka, for all of them. Not part of `make test`, whose 40-minute budget
 # on 2 cores it would exceed.
 .PHONY: test-pure
 test-pure: venv kafka-jars s3proxy-jar

@@ -30,7 +30,7 @@ def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests")
         "spark.driver.memory": "2g",
         "spark.sql.streaming.stopTimeout": "30000",
         # collect() hands rows over a local socket the JVM closes if Python has not connected within this time (15 s
-        # by default). With `make test`'s two streams and the drivers they start sharing 2 cores, a connect once
+        # by default). With `make test`'s streams and the drivers they start sharing 2 cores, a connect once
         # came later than that and the test failed with "Connection refused".
         "spark.python.authenticate.socketTimeout": "180s",
     }
