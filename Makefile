@@ -22,14 +22,14 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
-# The whole suite on the pinned PySpark in three streams side by side; the two Spark streams spend much of their time
-# waiting on Spark, so together they take little more than the longer one. First, the tests that share this
-# process's Spark session. Beside them, the compatibility job followed by the tests that start and kill Spark drivers
-# of their own (marked driver_process) and the tests that take several minutes (marked long: 300 micro-batches on
-# S3). And beside both, the tests that need neither Spark nor Kafka again in pure Python (KEYEDSTATE_PURE_PYTHON=1),
-# which use the cores the Spark streams leave idle; the compatibility job's Spark 4.0 line runs its Spark subset that
-# way too. The other streams' pytest output is printed at the end. ruff ([tool.ruff] in pyproject.toml) checks the
-# package, the tests, the benchmarks and the scripts first, and mypy ([tool.mypy]) the package.
+# The whole suite on the pinned PySpark in three streams side by side. First, the tests that share this process's
+# Spark session. Beside them, the compatibility job followed by the tests that start and kill Spark drivers of their
+# own (marked driver_process) and the tests that take several minutes (marked long: 300 micro-batches on S3). And
+# beside both, the tests that need neither Spark nor Kafka again in pure Python (KEYEDSTATE_PURE_PYTHON=1), so that
+# nothing runs after the first stream (the streams keep both cores busy: only less work would shorten the command);
+# the compatibility job's Spark 4.0 line runs its Spark subset that way too. The other streams' pytest output is
+# printed at the end. ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and the
+# scripts first, and mypy ([tool.mypy]) the package.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
 	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
@@ -43,7 +43,7 @@ test: venv kafka-jars s3proxy-jar
 	wait $$pure; pure=$$?; \
 	echo "---- beside the suite: the tests that need neither Spark nor Kafka again, with the compiled fast path off" \
 	  "(.cache/pure-tests.log) ----"; \
-	tail -n 15 .cache/pure-tests.log; \
+	cat .cache/pure-tests.log; \
 	wait $$beside; beside=$$?; \
 	echo "---- beside the suite: the tests marked driver_process or long (.cache/beside-tests.log) ----"; \
 	cat .cache/beside-tests.log; \
