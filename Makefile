@@ -29,7 +29,8 @@ kafka-jars: venv
 # nothing runs after the first stream (the streams keep both cores busy: only less work would shorten the command);
 # the compatibility job's Spark 4.0 line runs its Spark subset that way too. The other streams' pytest output is
 # printed at the end. ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and the
-# scripts first, and mypy ([tool.mypy]) the package.
+# scripts first, and mypy ([tool.mypy]) the package. The last lines name each stream's exit status and every
+# failed test, so that the end of the output says what failed.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
 	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
@@ -39,7 +40,8 @@ test: venv kafka-jars s3proxy-jar
 	   [ $$compat -eq 0 ] && [ $$tests -eq 0 ]; } & beside=$$!; \
 	KEYEDSTATE_PURE_PYTHON=1 $(PY) -m pytest -q -m "not spark and not kafka and not long and not driver_process" \
 	  $(PYTEST_ARGS) > .cache/pure-tests.log 2>&1 & pure=$$!; \
-	$(PY) -m pytest -m "not long and not driver_process" $(PYTEST_ARGS); suite=$$?; \
+	$(PY) -m pytest -m "not long and not driver_process" $(PYTEST_ARGS) 2>&1 | tee .cache/main-tests.log; \
+	suite=$${PIPESTATUS[0]}; \
 	wait $$pure; pure=$$?; \
 	echo "---- beside the suite: the tests that need neither Spark nor Kafka again, with the compiled fast path off" \
 	  "(.cache/pure-tests.log) ----"; \
@@ -48,6 +50,10 @@ test: venv kafka-jars s3proxy-jar
 	echo "---- beside the suite: the tests marked driver_process or long (.cache/beside-tests.log) ----"; \
 	cat .cache/beside-tests.log; \
 	echo "---- beside the suite: make compat (.cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
+	echo "---- make test: the suite exited $$suite, the pure-Python pass $$pure, the tests beside $$beside" \
+	  "(driver_process, long and make compat) ----"; \
+	grep -hE '^(FAILED|ERROR) ' .cache/main-tests.log .cache/pure-tests.log \
+	  .cache/beside-tests.log .cache/compat.log || true; \
 	[ $$suite -eq 0 ] && [ $$pure -eq 0 ] && [ $$beside -eq 0 ]
 
 # The whole suite (every marker) with the compiled fast path off, one stream (~35 min idle): what `make test` does

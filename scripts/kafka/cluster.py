@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # scripts/: run as a script or loaded from a file
 from ports import port_is_free, restartable_port  # noqa: E402
@@ -135,6 +135,7 @@ class KafkaNode:
             "-Xms64m",
             f"-Xmx{self.cluster.heap_mb}m",
             "-XX:+UseG1GC",
+            *self.cluster.jvm_options,
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
             "-cp",
@@ -225,13 +226,15 @@ class KafkaCluster:
     """
 
     def __init__(self, lib: Path, base_dir: Path, nodes: int = 1, first_port: Optional[int] = None,
-                 heap_mb: int = 512, extra_config: Optional[dict] = None, detached: bool = False) -> None:
+                 heap_mb: int = 512, extra_config: Optional[dict] = None, detached: bool = False,
+                 jvm_options: Sequence[str] = ()) -> None:
         self.lib = Path(lib)
         if not any(self.lib.glob("kafka_2.13-*.jar")):
             raise FileNotFoundError(f"no Kafka jars in {self.lib}; run `bash scripts/kafka.sh fetch` first")
         self.base_dir = Path(base_dir)
         self.java = os.environ.get("JAVA", "java")
         self.heap_mb = heap_mb
+        self.jvm_options = tuple(jvm_options)
         self.extra_config = dict(extra_config or {})
         self.detached = detached
         self.cluster_id = _random_cluster_id()

@@ -20,6 +20,8 @@ from typing import Callable, Iterator
 import pytest
 from local_spark import local_spark_session
 
+from tests.short_lived_jvms import C1_ONLY
+
 ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / ".cache" / "kafka" / "lib"
 
@@ -96,7 +98,7 @@ def kafka_broker(kafka_lib: Path, tmp_path_factory) -> Iterator["KafkaCluster"]:
 
 @pytest.fixture()
 def kafka_cluster3(kafka_lib: Path, tmp_path_factory) -> Iterator["KafkaCluster"]:
-    cluster = KafkaCluster(kafka_lib, tmp_path_factory.mktemp("kafka3"), nodes=3, heap_mb=384)
+    cluster = KafkaCluster(kafka_lib, tmp_path_factory.mktemp("kafka3"), nodes=3, heap_mb=384, jvm_options=[C1_ONLY])
     try:
         cluster.start()
         yield cluster

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from examples.demo_kafka import check_broker
 from examples.rich_fraud import RichFraudDetector
 from kafka_helpers import committed_offsets, read_committed, unique
 from keyedstate.testing import KeyedProcessHarness
+from tests.short_lived_jvms import short_lived_jvm_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 BATCHES, PER_BATCH, ACCOUNTS, SEED = 3, 600, 250, 11
@@ -52,7 +52,7 @@ def _ms(text: str) -> int:
 
 
 def run_demo(*args: str, timeout: float) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = short_lived_jvm_environment(PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "examples.demo", "--kafka", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -21,6 +21,7 @@ from kafka_helpers import create_topic, read_committed, unique
 from keyedstate.spark import keyed_process, stop_with_savepoint
 from keyedstate.testing import KeyedProcessHarness
 from lifecycle_functions import FAR_TIMER_MS, OUTPUT, ScoreV1, ScoreV2
+from tests.short_lived_jvms import short_lived_jvm_environment
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
@@ -152,8 +153,8 @@ def test_v1_heap_to_v2_rocksdb_on_s3_to_v3_on_spark_4_0_through_savepoints_exact
               "checkpoint": str(tmp_path / "v3-checkpoint"), "num_key_groups": 16,
               "state_local_dir": str(tmp_path / "v3-local"), "state_json": str(tmp_path / "v3-state.json")}
     (tmp_path / "v3.json").write_text(json.dumps(config))
-    environment = {**os.environ, "PYSPARK_PYTHON": str(COMPAT_PYTHON), "PYSPARK_DRIVER_PYTHON": str(COMPAT_PYTHON),
-                   "PYTHONPATH": str(ROOT)}
+    environment = short_lived_jvm_environment(PYSPARK_PYTHON=str(COMPAT_PYTHON),
+                                              PYSPARK_DRIVER_PYTHON=str(COMPAT_PYTHON), PYTHONPATH=str(ROOT))
     v3 = subprocess.run([str(COMPAT_PYTHON), str(Path(__file__).with_name("lifecycle_job.py")),
                          str(tmp_path / "v3.json")], env=environment, capture_output=True, text=True, timeout=600)
     assert v3.returncode == 0, v3.stderr[-4000:]

@@ -21,6 +21,7 @@ from kafka_helpers import (
     unique,
     wait_for,
 )
+from tests.short_lived_jvms import short_lived_jvm_environment
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
@@ -29,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = short_lived_jvm_environment(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+                                      PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen([sys.executable, str(APP), *args], stdout=open(log, "wb"), stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
 

@@ -16,6 +16,7 @@ from typing import Optional
 import pytest
 
 from kafka_helpers import create_topic, read_committed, spark_batch_end, spark_log_batches, unique, wait_for
+from tests.short_lived_jvms import short_lived_jvm_environment
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
@@ -58,8 +59,9 @@ def _expected(source_end: Optional[dict[int, int]] = None) -> list[str]:
 
 
 def _start(args: list[str], mode: str, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(APP.parent), os.environ.get("PYTHONPATH", "")]))
+    env = short_lived_jvm_environment(
+        PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(APP.parent), os.environ.get("PYTHONPATH", "")]))
     return subprocess.Popen([sys.executable, str(APP), *args, mode], stdout=open(log, "wb"), stderr=subprocess.STDOUT,
                             env=env, start_new_session=True)
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from kafka_helpers import create_topic, produce, read_committed, unique, wait_for
+from tests.short_lived_jvms import short_lived_jvm_environment
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
@@ -80,8 +81,9 @@ def test_a_zombie_attempt_resuming_after_its_replacement_committed_is_fenced_and
     markers = tmp_path / "markers"
     markers.mkdir()
     log = tmp_path / "app.log"
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(APP.parent), os.environ.get("PYTHONPATH", "")]))
+    env = short_lived_jvm_environment(
+        PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(APP.parent), os.environ.get("PYTHONPATH", "")]))
     app = subprocess.Popen([sys.executable, str(APP), bs, source, out, unique("zombie"), str(tmp_path)],
                            stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     frozen: dict[int, str] = {}

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from kafka_helpers import create_topic, produce, read_committed
+from tests.short_lived_jvms import short_lived_jvm_environment
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow, pytest.mark.driver_process]
 
@@ -109,9 +110,10 @@ def test_no_canary_secret_is_written_anywhere(kafka_broker, tmp_path):
             },
         }
         (tmp_path / "spec.json").write_text(json.dumps(spec))
-        env = {**os.environ, "CANARY_LOG_DIR": str(logs), "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-               "AWS_SECRET_ACCESS_KEY": canaries["s3"], "AWS_REGION": "us-east-1",
-               "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = short_lived_jvm_environment(**{
+            "CANARY_LOG_DIR": str(logs), "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": canaries["s3"], "AWS_REGION": "us-east-1",
+            "PYTHONPATH": os.pathsep.join([str(site), str(ROOT), os.environ.get("PYTHONPATH", "")])})
         driver_log = tmp_path / "driver.log"
         with open(driver_log, "wb") as log:
             finished = subprocess.run([sys.executable, str(APP), str(tmp_path / "spec.json")], env=env, stdout=log,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 
 from examples.rich_fraud import INACTIVITY_MS, RichFraudDetector
 from keyedstate.testing import KeyedProcessHarness
+from tests.short_lived_jvms import short_lived_jvm_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,7 +68,7 @@ def merchants_descriptor():
 @pytest.mark.spark
 @pytest.mark.slow
 def test_the_demo_runs_on_spark_and_prints_progress_and_alerts(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = short_lived_jvm_environment(PYTHONPATH=str(ROOT))
     result = subprocess.run(
         [sys.executable, "-m", "examples.demo", "--batches", "3", "--per-batch", "800", "--accounts", "300",
          "--workdir", str(tmp_path)],

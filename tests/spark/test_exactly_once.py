@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.short_lived_jvms import short_lived_jvm_environment
 from tests.spark.conftest import DEFAULT_PROVIDER, ROCKSDB_PROVIDER
 from tests.spark.exactly_once_job import run_job
 from tests.spark.file_stream import wait_until, write_input
@@ -43,7 +44,7 @@ def write_all_input(base: Path) -> None:
 
 
 def start_job(base: Path, provider: str, backend: str = "heap", **env: str) -> subprocess.Popen:
-    environment = {**os.environ, **env}
+    environment = short_lived_jvm_environment(**env)
     log = open(base / "job.log", "ab")
     return subprocess.Popen([sys.executable, str(JOB), str(base), provider, backend], env=environment, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)

@@ -17,6 +17,7 @@ from pyspark.errors import StreamingQueryException
 from keyedstate.checkpoint import CheckpointStorage
 from keyedstate.errors import StateStorageConflictError
 from keyedstate.spark.storage_claims import WRITERS_DIR, check_single_writer
+from tests.short_lived_jvms import short_lived_jvm_environment
 from tests.spark.file_stream import start_query, wait_until, write_input
 from tests.spark.rocksdb_runs import OUTPUT, SCHEMA, SMALL_POLICY, CountListAndQuiet, batch_rows, run_batches
 
@@ -76,7 +77,7 @@ def test_a_copied_checkpoint_started_next_to_its_running_original_stops_the_orig
     with open(log, "wb") as output:
         copy_job = subprocess.Popen([sys.executable, str(COPY_JOB), str(copy), str(storage), "2",
                                      str(tmp_path / "go")], stdout=output, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+                                    env=short_lived_jvm_environment(), start_new_session=True)
     try:
         run_batches(spark, original, range(2), **backend)
         shutil.copytree(original / "checkpoint", copy / "checkpoint")
