@@ -22,15 +22,16 @@ venv: $(VENV)/.installed
 kafka-jars: venv
 	bash scripts/kafka.sh fetch
 
-# The whole suite on the pinned PySpark in three streams side by side. First, the tests that share this process's
-# Spark session. Beside them, the compatibility job followed by the tests that start and kill Spark drivers of their
-# own (marked driver_process) and the tests that take several minutes (marked long: 300 micro-batches on S3). And
-# beside both, the tests that need neither Spark nor Kafka again in pure Python (KEYEDSTATE_PURE_PYTHON=1), so that
-# nothing runs after the first stream (the streams keep both cores busy: only less work would shorten the command);
-# the compatibility job's Spark 4.0 line runs its Spark subset that way too. The other streams' pytest output is
-# printed at the end. ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and the
-# scripts first, and mypy ([tool.mypy]) the package. The last lines name each stream's exit status and every
-# failed test, so that the end of the output says what failed.
+# The whole suite on the pinned PySpark in three streams side by side, so that each spends what the others leave of
+# the 2 cores. First, the tests that share this process's Spark session (marked spark). Beside them, the
+# compatibility job followed by the tests that start and kill Spark drivers of their own (marked driver_process)
+# and the tests that take several minutes (marked long: 300 micro-batches on S3). And beside both, the tests that
+# need no Spark session: first in pure Python (KEYEDSTATE_PURE_PYTHON=1, without the Kafka ones), then with the
+# compiled fast path. No more than two Spark applications ever share the cores (with three, Spark's Python workers
+# missed their connect-back timeouts). The compatibility job's Spark 4.0 line runs its Spark subset in pure Python
+# too. The other streams' pytest output is printed at the end, and the last lines name each stream's exit status
+# and every failed test. ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and
+# the scripts first, and mypy ([tool.mypy]) the package.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache
 	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
@@ -38,23 +39,26 @@ test: venv kafka-jars s3proxy-jar
 	@{ COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1; compat=$$?; \
 	   $(PY) -m pytest -m "driver_process or long" --durations=20 $(PYTEST_ARGS) > .cache/beside-tests.log 2>&1; tests=$$?; \
 	   [ $$compat -eq 0 ] && [ $$tests -eq 0 ]; } & beside=$$!; \
-	KEYEDSTATE_PURE_PYTHON=1 $(PY) -m pytest -q -m "not spark and not kafka and not long and not driver_process" \
-	  $(PYTEST_ARGS) > .cache/pure-tests.log 2>&1 & pure=$$!; \
-	$(PY) -m pytest -m "not long and not driver_process" $(PYTEST_ARGS) 2>&1 | tee .cache/main-tests.log; \
-	suite=$${PIPESTATUS[0]}; \
-	wait $$pure; pure=$$?; \
-	echo "---- beside the suite: the tests that need neither Spark nor Kafka again, with the compiled fast path off" \
-	  "(.cache/pure-tests.log) ----"; \
-	cat .cache/pure-tests.log; \
+	{ KEYEDSTATE_PURE_PYTHON=1 $(PY) -m pytest -q -m "not spark and not kafka and not long and not driver_process" \
+	    $(PYTEST_ARGS) > .cache/pure-tests.log 2>&1; pure=$$?; \
+	  $(PY) -m pytest -q -m "not spark and not long and not driver_process" --durations=10 $(PYTEST_ARGS) \
+	    > .cache/no-spark-tests.log 2>&1; compiled=$$?; \
+	  [ $$pure -eq 0 ] && [ $$compiled -eq 0 ]; } & nospark=$$!; \
+	$(PY) -m pytest -m "spark and not long and not driver_process" $(PYTEST_ARGS) 2>&1 | tee .cache/spark-tests.log; \
+	spark=$${PIPESTATUS[0]}; \
+	wait $$nospark; nospark=$$?; \
+	echo "---- beside the Spark tests: the tests that need no Spark session, in pure Python (.cache/pure-tests.log)" \
+	  "and with the compiled fast path (.cache/no-spark-tests.log) ----"; \
+	cat .cache/pure-tests.log .cache/no-spark-tests.log; \
 	wait $$beside; beside=$$?; \
-	echo "---- beside the suite: the tests marked driver_process or long (.cache/beside-tests.log) ----"; \
+	echo "---- beside the Spark tests: the tests marked driver_process or long (.cache/beside-tests.log) ----"; \
 	cat .cache/beside-tests.log; \
-	echo "---- beside the suite: make compat (.cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
-	echo "---- make test: the suite exited $$suite, the pure-Python pass $$pure, the tests beside $$beside" \
-	  "(driver_process, long and make compat) ----"; \
-	grep -hE '^(FAILED|ERROR) ' .cache/main-tests.log .cache/pure-tests.log \
+	echo "---- beside the Spark tests: make compat (.cache/compat.log) ----"; tail -n 40 .cache/compat.log; \
+	echo "---- make test: the Spark tests exited $$spark, the tests without Spark $$nospark, the tests beside" \
+	  "$$beside (driver_process, long and make compat) ----"; \
+	grep -hE '^(FAILED|ERROR) ' .cache/spark-tests.log .cache/pure-tests.log .cache/no-spark-tests.log \
 	  .cache/beside-tests.log .cache/compat.log || true; \
-	[ $$suite -eq 0 ] && [ $$pure -eq 0 ] && [ $$beside -eq 0 ]
+	[ $$spark -eq 0 ] && [ $$nospark -eq 0 ] && [ $$beside -eq 0 ]
 
 # The whole suite (every marker) with the compiled fast path off, one stream (~35 min idle): what `make test` does
 # for the tests that need neither Spark nor Kafka, for all of them. Not part of `make test`, whose 40-minute budget

@@ -75,9 +75,12 @@ run_subset() {  # label python remote pure-python pytest-args...
     shift 4
     [ -z "$pure" ] || label="$label, KEYEDSTATE_PURE_PYTHON=1"
     echo "== compat: $label ($("$python" -c 'import pyspark, pyarrow, pandas, numpy; print(f"pyspark {pyspark.__version__}, pyarrow {pyarrow.__version__}, pandas {pandas.__version__}, numpy {numpy.__version__}")'))"
-    # SPARK_HOME is not set: local[...] masters write nothing below the installed pyspark package.
+    # SPARK_HOME is not set: local[...] masters write nothing below the installed pyspark package. A run's JVMs live
+    # a few minutes, too short for the C2 compiler to pay: C1 only took the Spark 4.0 line from 152 s and about 225
+    # core-seconds to 143 s and 200 (tests/short_lived_jvms.py does the same for the suite's short-lived JVMs).
     env PYSPARK_PYTHON="$python" PYSPARK_DRIVER_PYTHON="$python" PYTHONPATH="$PWD" \
         KEYEDSTATE_TEST_SPARK_REMOTE="$remote" KEYEDSTATE_PURE_PYTHON="$pure" \
+        JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:+$JDK_JAVA_OPTIONS }-XX:TieredStopAtLevel=1" \
         "$python" -m pytest -q --durations=5 "$@"
     echo "== compat: $label passed in $((SECONDS - started)) s"
 }

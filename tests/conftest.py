@@ -21,10 +21,17 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """With ``KEYEDSTATE_PURE_PYTHON=1`` (the suite's second pass in ``make test``) the compiled variants of the
-    tests that run both ways are deselected: there is no compiled path to test, and the Python variant runs."""
+    """A test that uses the shared Spark session must be marked ``spark``: `make test` runs the others in a stream
+    of their own, beside the one Spark session on its 2 cores. With ``KEYEDSTATE_PURE_PYTHON=1`` (the suite's
+    pure-Python pass in ``make test``) the compiled variants of the tests that run both ways are deselected: there
+    is no compiled path to test, and the Python variant runs."""
     from keyedstate.fastpath import PURE_PYTHON_VARIABLE
 
+    unmarked = [item.nodeid for item in items
+                if "spark" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("spark")]
+    if unmarked:
+        raise pytest.UsageError("these tests use the spark fixture without the spark marker (add "
+                                "@pytest.mark.spark or a pytestmark): " + ", ".join(unmarked))
     if os.environ.get(PURE_PYTHON_VARIABLE, "").strip().lower() in ("", "0", "false", "no"):
         return
     keep, drop = [], []

@@ -16,7 +16,13 @@ def python_blocks(path: Path) -> list[str]:
     return BLOCK.findall(path.read_text())
 
 
-@pytest.mark.parametrize("document", [d for d in DOCUMENTS if python_blocks(d)], ids=lambda p: p.name)
+def as_param(document: Path):
+    """A document whose blocks start Spark is a Spark test: `make test` runs it beside no other Spark session."""
+    uses_spark = any("SparkSession" in block for block in python_blocks(document))
+    return pytest.param(document, id=document.name, marks=[pytest.mark.spark] if uses_spark else [])
+
+
+@pytest.mark.parametrize("document", [as_param(d) for d in DOCUMENTS if python_blocks(d)])
 def test_code_blocks_run(document, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     namespace: dict = {"__name__": f"docs_{document.stem.replace('-', '_')}"}

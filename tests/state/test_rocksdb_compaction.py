@@ -11,6 +11,7 @@ import os
 import random
 
 import pytest
+import rocksdict
 
 from keyedstate import Types, ValueStateDescriptor
 from keyedstate.checkpoint.storage import CheckpointStorage
@@ -23,6 +24,7 @@ from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy
 KEYS = 40_000
 CHANGED_PER_BATCH = 40
 BATCHES_PER_BASE = 8
+REUSED = RocksDBOptions(reuse_existing=True)  # a worker's copy is opened again for each call
 
 
 def base_uploads(tmp_path, options: RocksDBOptions, bases: int = 4) -> list[tuple[int, int]]:
@@ -84,11 +86,11 @@ class LocalCopy:
     rebuilt from storage when it holds no version of the record's chain (and marks the base it downloaded, as the
     store does). ``marks_bases`` False: every mark of a base is lost."""
 
-    def __init__(self, tmp_path, name: str, marks_bases: bool = True) -> None:
+    def __init__(self, tmp_path, name: str, marks_bases: bool = True,
+                 options: RocksDBOptions = REUSED) -> None:
         self.path = str(tmp_path / name)
         self.marks_bases = marks_bases
-        self.backend = KeyGroupRocksDBBackend(tmp_path / f"idle-{name}", num_key_groups=1,
-                                              options=RocksDBOptions(reuse_existing=True))
+        self.backend = KeyGroupRocksDBBackend(tmp_path / f"idle-{name}", num_key_groups=1, options=options)
         self.value = self.backend.get_or_create_state(ValueStateDescriptor("value", Types.STRING()))
         self.tag = None
 
@@ -117,13 +119,24 @@ class LocalCopy:
 EVERY_8_CALLS = SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40)
 
 
+class WithoutCompactions(RocksDBOptions):
+    """No compaction runs: what a base uploads then depends only on which copy writes it. With compactions, whether
+    one finishes before a copy closes its database (and rewrites the files the next base would share) depends on
+    the machine's load."""
+
+    def build(self) -> rocksdict.Options:
+        options = super().build()
+        options.set_disable_auto_compactions(True)  # RocksDB then also skips its L0 write stalls
+        return options
+
+
 def bases_of_two_copies(tmp_path, policy: SnapshotPolicy, schedule, new_keys_per_batch=lambda batch: 0,
-                        marks_bases: bool = True) -> list[tuple[int, int, int, str]]:
+                        marks_bases: bool = True, options: RocksDBOptions = REUSED) -> list[tuple[int, int, int, str]]:
     """(batch, bytes uploaded, bytes of the base, copy) of each base after the first, the copies ``a`` and ``b``
     running the calls in the order ``schedule(batch)`` names them; every later batch changes a few keys, and adds
     ``new_keys_per_batch(batch)`` new ones."""
     versions = KeyGroupVersions(CheckpointStorage(tmp_path / "storage"), key_group=0, num_key_groups=1)
-    copies = {name: LocalCopy(tmp_path, name, marks_bases) for name in "ab"}
+    copies = {name: LocalCopy(tmp_path, name, marks_bases, options) for name in "ab"}
     rng = random.Random(11)
     record, bases, next_key = None, [], KEYS
     for batch in range(48):
@@ -154,7 +167,8 @@ def test_a_base_waits_for_the_copy_that_holds_the_stored_base_and_uploads_what_c
 def test_the_copy_that_holds_the_base_writes_the_next_even_when_the_state_grew_past_it(tmp_path):
     """As while a bulk load runs: what the next base uploads is mostly new, yet the copy holding the stored base's
     files uploads only that, while the other would upload all of it again."""
-    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, new_keys_per_batch=lambda batch: KEYS // 8)
+    bases = bases_of_two_copies(tmp_path, EVERY_8_CALLS, alternate, new_keys_per_batch=lambda batch: KEYS // 8,
+                                options=WithoutCompactions(reuse_existing=True))
     assert [batch for batch, *_ in bases] == [18, 28, 38], bases  # one call after the policy asks: no wait
     grown = [base - previous for (_, _, previous, _), (_, _, base, _) in zip([(0, 0, 0, "")] + bases, bases)][1:]
     assert all(uploaded < 1.5 * growth for (_, uploaded, _, _), growth in zip(bases[1:], grown)), (bases, grown)
