@@ -4,7 +4,7 @@ cluster of the test's own) run with the C1 compiler only.
 On 2 cores the C2 compiler's threads took a third of the JVMs' CPU time in `make test`, compiling code that runs for a
 few batches: test_executor_loss took 184 core-seconds with C2 and 101 with C1 only, test_kafka_crash 83 and 53. A JVM
 that lives for the whole run (the suite's shared Spark session, the session's Kafka broker) keeps C2, which pays
-there: with C1 only the main stream ran slower."""
+there: with C1 only the tests sharing the session ran slower."""
 
 from __future__ import annotations
 
