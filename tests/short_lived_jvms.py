@@ -9,19 +9,18 @@ there: with C1 only the tests sharing the session ran slower."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 __all__ = ["C1_ONLY", "short_lived_jvm_environment"]
 
 C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
-def short_lived_jvm_environment(base: Mapping[str, str] | None = None, **overrides: str) -> dict[str, str]:
-    """``base`` (default: this process's environment) with ``overrides`` and C1 only for every JVM started with it.
+def short_lived_jvm_environment(**overrides: str) -> dict[str, str]:
+    """This process's environment with ``overrides`` and C1 only for every JVM started with it.
 
     ``JDK_JAVA_OPTIONS`` reaches each ``java`` launched below the process: spark-submit's driver JVM and the
     executors a ``local-cluster`` worker starts from the driver's environment."""
-    environment = {**(os.environ if base is None else base), **overrides}
+    environment = {**os.environ, **overrides}
     inherited = environment.get("JDK_JAVA_OPTIONS", "")
     if C1_ONLY not in inherited.split():
         environment["JDK_JAVA_OPTIONS"] = f"{inherited} {C1_ONLY}".strip()

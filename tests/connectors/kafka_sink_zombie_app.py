@@ -104,9 +104,9 @@ def main() -> int:
 
             return ZombieWriter(parse_sink_options(dict(self.options)), schema, markers)
 
-    # Three JVMs start on a small machine: C1 only (they live a minute), and the query is planned while the
-    # executors start instead of after they registered.
-    fast_start = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    # Three JVMs start on a small machine (C1 only comes from the test's environment: tests/short_lived_jvms.py):
+    # the serial collector, and the query is planned while the executors start instead of after they registered.
+    fast_start = "-XX:+UseSerialGC"
     spark = (SparkSession.builder.master("local-cluster[2,1,1024]").appName("kafka-sink-zombie")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
              .config("spark.driver.extraJavaOptions", fast_start)
