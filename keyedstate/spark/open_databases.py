@@ -252,9 +252,13 @@ class OpenDatabases:
 
     def _listen(self, descriptor: int) -> None:
         pending = b""
+        # poll, not select: a worker keeping many databases holds over a thousand descriptors (every SST file stays
+        # open), so the channel's number may be past select's limit (FD_SETSIZE, 1024) when it is opened
+        poller = select.poll()
+        poller.register(descriptor, select.POLLIN)
         while True:
             try:
-                ready, _, _ = select.select([descriptor], [], [], 1.0)
+                ready = poller.poll(1000)
                 if ready:
                     pending += os.read(descriptor, 65536)
                     *lines, pending = pending.split(b"\n")

@@ -159,6 +159,38 @@ def test_the_listener_survives_garbage_on_its_channel(local):
     assert threading.active_count() >= 2  # the listener thread is still there
 
 
+@pytest.fixture
+def over_a_thousand_descriptors():
+    """This process holds descriptors past 1024, select()'s limit, as a worker does that keeps a query's databases
+    open (every SST file stays open) when a second query's databases start their listener."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1200
+    if soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard) if hard != resource.RLIM_INFINITY else wanted,
+                                                    hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert max(held) >= 1024
+        yield
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_requests_are_served_when_the_channel_is_opened_past_a_thousand_descriptors(local,
+                                                                                   over_a_thousand_descriptors):
+    open_databases = OpenDatabases(local, keep_seconds=3_600)
+    path, database = kept_database(local, open_databases, 35, "tag-35")
+    other = take_in_another_process(local.root, path)
+    out, err = other.communicate(timeout=60)
+    assert other.returncode == 0, err
+    assert out.strip() == "tag-35"
+    assert database.closed_at is not None and len(open_databases) == 0
+
+
 def test_without_a_request_channel_nothing_is_kept_and_the_caller_closes_as_before(local):
     open(os.path.join(local.root, "workers"), "w").close()  # a file where the FIFOs' directory belongs
     open_databases = OpenDatabases(local, keep_seconds=3_600)
