@@ -167,9 +167,10 @@ def over_a_thousand_descriptors():
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = 1200
+    if hard != resource.RLIM_INFINITY and hard < wanted:
+        pytest.skip(f"the hard limit of open files is {hard}: no process here can hold a descriptor past 1024")
     if soft < wanted:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(wanted, hard) if hard != resource.RLIM_INFINITY else wanted,
-                                                    hard))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
     try:
         assert max(held) >= 1024
