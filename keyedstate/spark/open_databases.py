@@ -30,8 +30,8 @@ from typing import Any, Optional
 
 from keyedstate.spark.local_databases import LocalDatabases, process_alive
 
-__all__ = ["OpenDatabases", "KeptDatabase", "KEEP_OPEN_SECONDS", "MAX_KEPT_DATABASES", "worker_reuse_enabled",
-           "open_databases_of", "abandon"]
+__all__ = ["OpenDatabases", "KeptDatabase", "KEEP_OPEN_SECONDS", "MAX_KEPT_DATABASES", "FILES_PER_DATABASE",
+           "worker_reuse_enabled", "open_files_budget", "open_databases_of", "abandon"]
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
@@ -39,8 +39,42 @@ KEEP_OPEN_SECONDS = 20.0
 """A kept database unused this long is closed (Spark kills a Python worker idle for a minute)."""
 MAX_KEPT_DATABASES = 256
 """At most this many databases stay open per worker process and local directory (least recently used closed first),
-and at most as many column families as fit :attr:`RocksDBOptions.memtable_budget_bytes` (see
-:meth:`OpenDatabases.limit_families`); their memtables share that budget and their block reads one block cache."""
+at most as many column families as fit :attr:`RocksDBOptions.memtable_budget_bytes` (see
+:meth:`OpenDatabases.limit_families`; their memtables share that budget and their block reads one block cache), and
+at most as many open files as :func:`open_files_budget` allows."""
+
+
+FILES_PER_DATABASE = 6
+"""Files a kept database holds open besides its SST files: RocksDB's LOCK, LOG, MANIFEST and write-ahead log, its
+directory, and the lock file of :mod:`keyedstate.spark.local_databases`."""
+
+
+def open_files_budget() -> Optional[int]:
+    """How many files the databases this process keeps may hold open: half of its limit of open files (the rest
+    stays for Spark's sockets, the running call's database and everything else), None without a limit. Every SST
+    file of an open database stays open (``RocksDBOptions.max_open_files`` -1), so a worker that kept every key
+    group it ran would otherwise fail with "Too many open files" under a limit of a few thousand."""
+    try:
+        import resource
+    except ImportError:  # no such limit where the module is missing
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else max(1, soft // 2)
+
+
+def open_files_of(database: Any) -> int:
+    """The files ``database`` (a detached RocksDatabase) holds open: its SST files, at most as many as its
+    ``max_open_files`` allows, plus :data:`FILES_PER_DATABASE`."""
+    live_sst_files = getattr(database, "live_sst_files", None)
+    try:
+        sst_files = len(live_sst_files()) if live_sst_files is not None else 0
+    except Exception:  # a database that cannot list its files is estimated without them
+        sst_files = 0
+    settings = getattr(database, "settings", None)
+    max_open = getattr(settings, "max_open_files", -1)
+    if max_open is not None and max_open > 0:
+        sst_files = min(sst_files, max_open)
+    return sst_files + FILES_PER_DATABASE
 
 
 def worker_reuse_enabled() -> bool:
@@ -82,17 +116,22 @@ class KeptDatabase:
     last_used: float
     families: int = 1
     moves_with: Any = None  # databases with equal values move between workers together (one Spark partition's)
+    files: int = FILES_PER_DATABASE  # the files it holds open (open_files_of)
 
 
 class OpenDatabases:
     """The databases this process keeps open below one local directory, and the thread that gives them up."""
 
     def __init__(self, local: LocalDatabases, keep_seconds: float = KEEP_OPEN_SECONDS,
-                 max_kept: int = MAX_KEPT_DATABASES) -> None:
+                 max_kept: int = MAX_KEPT_DATABASES, max_open_files: Optional[int] = -1) -> None:
+        """``max_open_files``: how many files the kept databases may hold open together (None: no bound; -1, the
+        default: :func:`open_files_budget`)."""
         self.local = local
         self.keep_seconds = keep_seconds
         self.max_kept = max_kept
         self.max_families = max_kept * 8
+        self.max_open_files = open_files_budget() if max_open_files == -1 else max_open_files
+        self._warned_open_files = False
         self._kept: dict[str, KeptDatabase] = {}
         self._in_use: Optional[str] = None
         self._release_after_use = False
@@ -148,15 +187,32 @@ class OpenDatabases:
             if wanted_elsewhere:
                 return False
             families = len(getattr(database, "column_families", ())) or 1
-            self._kept[path] = KeptDatabase(database, tag, lock, time.monotonic(), families, moves_with)
+            files = open_files_of(database) if self.max_open_files is not None else FILES_PER_DATABASE
+            self._kept[path] = KeptDatabase(database, tag, lock, time.monotonic(), families, moves_with, files)
             evicted = []
             total = sum(kept.families for kept in self._kept.values())
-            if len(self._kept) > self.max_kept or total > self.max_families:
+            open_files = sum(kept.files for kept in self._kept.values())
+            max_open_files = self.max_open_files if self.max_open_files is not None else open_files
+
+            def over() -> bool:  # one database alone stays kept whatever its files: it never takes a second
+                return (len(self._kept) > self.max_kept or total > self.max_families
+                        or (open_files > max_open_files and len(self._kept) > 1))
+
+            files_bound = self.max_open_files is not None and open_files > max_open_files
+            if over():
                 for oldest in sorted(self._kept, key=lambda p: self._kept[p].last_used):
-                    if len(self._kept) <= self.max_kept and total <= self.max_families:
+                    if not over():
                         break
                     evicted.append((oldest, self._kept.pop(oldest)))
                     total -= evicted[-1][1].families
+                    open_files -= evicted[-1][1].files
+            if files_bound and not self._warned_open_files:
+                self._warned_open_files = True
+                logger.warning(
+                    "keeping %d local state databases open between calls, not every key group this worker runs: "
+                    "their files would pass %d, half this process's limit of open files; the others are opened "
+                    "for each call, which is slower. Raise the limit (ulimit -n, LimitNOFILE, or the container's "
+                    "nofile limit) for faster calls", len(self._kept), max_open_files)
         for evicted_path, kept in evicted:
             self._close(evicted_path, kept)
         return True

@@ -3,6 +3,7 @@ if one is using it), closed when unused, at most a bounded number open, and alwa
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
@@ -14,27 +15,31 @@ import time
 import pytest
 
 from keyedstate.spark.local_databases import TAG_FILE, LocalDatabases
-from keyedstate.spark.open_databases import OpenDatabases
+from keyedstate.spark.open_databases import FILES_PER_DATABASE, OpenDatabases
 from keyedstate.state.rocksdb.db import RocksDatabase
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
 
 class FakeDatabase:
-    """Stands in for a detached RocksDatabase: only close() matters here."""
+    """Stands in for a detached RocksDatabase: its close() and the SST files it holds open."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, sst_files: int = 0) -> None:
         self.path = path
+        self.sst_files = sst_files
         self.closed_at: float | None = None
 
     def close(self) -> None:
         self.closed_at = time.monotonic()
 
+    def live_sst_files(self) -> dict[str, int]:
+        return {os.path.join(self.path, f"{number:06d}.sst"): 1 for number in range(self.sst_files)}
+
 
 def kept_database(local: LocalDatabases, open_databases: OpenDatabases, key_group: int,
-                  tag: str) -> tuple[str, FakeDatabase]:
+                  tag: str, sst_files: int = 0) -> tuple[str, FakeDatabase]:
     path = local.path("query", "Count", key_group)
     os.makedirs(path)
-    database = FakeDatabase(path)
+    database = FakeDatabase(path, sst_files)
     open_databases.keep(path, database, tag, local.acquire(path))
     return path, database
 
@@ -123,6 +128,30 @@ def test_the_least_recently_used_database_is_closed_past_the_bound(local):
     assert first.closed_at is not None and second.closed_at is None and third.closed_at is None
     assert local.read_tag(oldest) == "tag-1"
     open_databases.close_all()
+
+
+def test_the_kept_databases_hold_no_more_open_files_than_the_budget(local, caplog):
+    """Every SST file of an open database stays open: past the budget (by default half the process's limit of open
+    files) the least recently used databases are closed and tagged, as past the count bound, and the log says once
+    why the worker keeps fewer."""
+    open_databases = OpenDatabases(local, keep_seconds=3_600, max_open_files=3 * (4 + FILES_PER_DATABASE))
+    with caplog.at_level(logging.WARNING, logger="keyedstate.spark.rocksdb"):
+        kept = [kept_database(local, open_databases, group, f"tag-{group}", sst_files=4) for group in range(60, 65)]
+    warnings = [record.getMessage() for record in caplog.records if "limit of open files" in record.getMessage()]
+    assert len(warnings) == 1 and "ulimit -n" in warnings[0]
+    assert len(open_databases) == 3
+    assert [database.closed_at is not None for _, database in kept] == [True, True, False, False, False]
+    assert [local.read_tag(path) for path, _ in kept[:2]] == ["tag-60", "tag-61"]
+    path, database = kept_database(local, open_databases, 65, "tag-65", sst_files=100)  # alone over the budget
+    assert len(open_databases) == 1 and database.closed_at is None  # kept: a call's own database stays
+
+
+def test_the_default_budget_is_half_the_limit_of_open_files(local):
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    expected = None if soft == resource.RLIM_INFINITY else soft // 2
+    assert OpenDatabases(local).max_open_files == expected
 
 
 def test_a_database_whose_directory_vanished_is_released_without_a_tag(local):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import os
 import shutil
 
@@ -283,3 +284,46 @@ def test_a_copy_marks_the_base_it_wrote_and_one_rebuilt_from_storage_the_base_it
     assert call(function, ["a"], state) == [("a", 5)]  # rebuilt from the base and its changelog
     rebuilt = committed_version(state, 8)
     assert rebuilt.base == written.base and holds_base(database_path(tmp_path), rebuilt)
+
+
+MANY_KEY_GROUPS_UNDER_A_LOW_LIMIT = """
+import dataclasses, json, resource, sys
+import numpy as np, pandas as pd
+from pathlib import Path
+from keyedstate.spark.group_function import make_group_function
+from keyedstate.spark.key_group_layout import balanced_grouping_value
+from keyedstate.spark.open_databases import open_databases_of
+from tests.spark.test_group_function_unit import FakeGroupState
+from tests.spark.test_rocksdb_mode_calls import RunningCount, _local_of, spec_for
+
+tmp_path, key_groups = Path(sys.argv[1]), int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[3]), resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+spec = spec_for(tmp_path, "low-limit")
+spec = dataclasses.replace(spec, options=dataclasses.replace(spec.options, num_key_groups=key_groups))
+function = make_group_function(spec, RunningCount())
+states = [FakeGroupState() for _ in range(key_groups)]
+last = {}
+for batch in range(3):
+    for group in range(key_groups):
+        frame = pd.DataFrame({"user": [f"u{group}"], "_ms": np.array([1_000 + batch], dtype="int64"), "_kg": group})
+        for out in function((balanced_grouping_value(group),), iter([frame]), states[group]):
+            for user, count in out.itertuples(index=False):
+                if isinstance(user, str):
+                    last[user] = count
+print(json.dumps({"counts": last, "kept": len(open_databases_of(_local_of(tmp_path)))}))
+"""
+
+
+def test_a_worker_under_a_low_limit_of_open_files_keeps_fewer_databases_instead_of_failing(tmp_path):
+    """64 key groups' databases hold more files than a limit of 256 allows: the worker keeps as many as half the
+    limit has room for and opens the others per call (without the bound: "Too many open files")."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", MANY_KEY_GROUPS_UNDER_A_LOW_LIMIT, str(tmp_path), "64", "256"],
+                            capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "SPARK_REUSE_WORKER": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcome = json.loads(result.stdout)
+    assert outcome["counts"] == {f"u{group}": 3 for group in range(64)}  # nothing lost over three batches
+    assert 0 < outcome["kept"] < 64

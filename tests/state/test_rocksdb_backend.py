@@ -269,6 +269,30 @@ def test_rocksdict_errors_are_translated_in_one_place():
     assert translate(original, "write", "/x") is original
 
 
+RUN_OUT_OF_OPEN_FILES = """
+import resource, sys
+from keyedstate.state.rocksdb import RocksDBKeyedStateBackend
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+backends = []
+try:
+    for number in range(64):
+        backends.append(RocksDBKeyedStateBackend(sys.argv[1] + f"/db{number}"))
+except Exception as error:
+    print(type(error).__name__, error)
+"""
+
+
+def test_running_out_of_open_files_names_the_limit_and_the_ways_out(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", RUN_OUT_OF_OPEN_FILES, str(tmp_path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.stdout.startswith("StateBackendError "), result.stdout + result.stderr[-2000:]
+    assert "soft limit 64" in result.stdout
+    assert "ulimit -n" in result.stdout and "max_open_files" in result.stdout
+
+
 def test_bad_input_raises_specific_errors_and_writes_nothing(backend):
     value = backend.get_or_create_state(ValueStateDescriptor("v", Types.LONG()))
     holder = backend.get_or_create_state(ValueStateDescriptor("holder"))

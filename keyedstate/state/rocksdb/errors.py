@@ -38,6 +38,12 @@ def translate(error: BaseException, action: str, path: str) -> KeyedStateError:
         )
     if type(error).__name__ == "DbClosedError" or "already closed" in text:
         return StateBackendError(f"cannot {action}: the RocksDB backend at {path} is closed")
+    if "Too many open files" in text:
+        return StateBackendError(
+            f"cannot {action}: this process has as many files open as its limit allows{_open_files_limit()} "
+            f"(RocksDB at {path}: {text}). Every open RocksDB database keeps its SST files open: raise the limit "
+            f"(ulimit -n, LimitNOFILE, or the container's nofile limit), or cap the files of each database with "
+            f"RocksDBOptions(max_open_files=...), or open fewer databases at once (on Spark: fewer key groups)")
     if "No space left" in text:
         return StateBackendError(f"cannot {action}: no space left on device at {path} ({text}); free space there, "
                                  f"or move the local databases (state_local_dir on Spark) to a disk with room")
@@ -45,3 +51,15 @@ def translate(error: BaseException, action: str, path: str) -> KeyedStateError:
         return StateBackendError(f"cannot {action}: the RocksDB database at {path} is corrupt ({text}); restore "
                                  f"it from a checkpoint")
     return StateBackendError(f"cannot {action} (RocksDB at {path}): {text}")
+
+
+def _open_files_limit() -> str:
+    try:
+        import resource
+    except ImportError:  # no such limit where the module is missing
+        return ""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    def shown(limit: int) -> str:
+        return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)
+
+    return f" (soft limit {shown(soft)}, hard limit {shown(hard)})"
