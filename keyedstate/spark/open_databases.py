@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from keyedstate.spark.local_databases import LocalDatabases, process_alive
+from keyedstate.state.rocksdb.options import open_files_limits
 
 __all__ = ["OpenDatabases", "KeptDatabase", "KEEP_OPEN_SECONDS", "MAX_KEPT_DATABASES", "FILES_PER_DATABASE",
            "worker_reuse_enabled", "open_files_budget", "open_databases_of", "abandon"]
@@ -54,12 +55,8 @@ def open_files_budget() -> Optional[int]:
     stays for Spark's sockets, the running call's database and everything else), None without a limit. Every SST
     file of an open database stays open (``RocksDBOptions.max_open_files`` -1), so a worker that kept every key
     group it ran would otherwise fail with "Too many open files" under a limit of a few thousand."""
-    try:
-        import resource
-    except ImportError:  # no such limit where the module is missing
-        return None
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return None if soft == resource.RLIM_INFINITY else max(1, soft // 2)
+    soft, _ = open_files_limits()
+    return None if soft is None else max(1, soft // 2)
 
 
 def open_files_of(database: Any) -> int:
@@ -181,13 +178,13 @@ class OpenDatabases:
         so the asker will want them next, and finds them closed instead of waiting for each in turn."""
         if not self._start_listener():
             return False
+        files = open_files_of(database) if self.max_open_files is not None else FILES_PER_DATABASE
         with self._mutex:
             wanted_elsewhere = self._release_after_use and self._in_use == path
             self._in_use = None
             if wanted_elsewhere:
                 return False
             families = len(getattr(database, "column_families", ())) or 1
-            files = open_files_of(database) if self.max_open_files is not None else FILES_PER_DATABASE
             self._kept[path] = KeptDatabase(database, tag, lock, time.monotonic(), families, moves_with, files)
             evicted = []
             total = sum(kept.families for kept in self._kept.values())

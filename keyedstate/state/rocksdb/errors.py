@@ -9,6 +9,7 @@ ever see :class:`~keyedstate.errors.StateBackendError` (or a subclass) with the 
 from __future__ import annotations
 
 from keyedstate.errors import KeyedStateError, StateBackendError, StateBackendLockedError
+from keyedstate.state.rocksdb.options import open_files_limits
 
 __all__ = ["translate", "is_lock_error"]
 
@@ -53,13 +54,7 @@ def translate(error: BaseException, action: str, path: str) -> KeyedStateError:
     return StateBackendError(f"cannot {action} (RocksDB at {path}): {text}")
 
 
-def _open_files_limit() -> str:
-    try:
-        import resource
-    except ImportError:  # no such limit where the module is missing
-        return ""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    def shown(limit: int) -> str:
-        return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)
 
-    return f" (soft limit {shown(soft)}, hard limit {shown(hard)})"
+def _open_files_limit() -> str:
+    soft, hard = open_files_limits()
+    return f" (soft limit {soft or 'unlimited'}, hard limit {hard or 'unlimited'})"

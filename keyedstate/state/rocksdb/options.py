@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Optional
 
 import rocksdict
 
 from keyedstate.errors import ConfigurationError
 
-__all__ = ["RocksDBOptions", "COMPRESSIONS", "COMPACTION_STYLES", "ARENA_BLOCK_BYTES"]
+__all__ = ["RocksDBOptions", "COMPRESSIONS", "COMPACTION_STYLES", "ARENA_BLOCK_BYTES", "open_files_limits"]
 
 MiB = 1024 * 1024
 ARENA_BLOCK_BYTES = 64 * 1024
@@ -146,3 +146,14 @@ class RocksDBOptions:
 
 def _compression(name: str) -> rocksdict.DBCompressionType:
     return getattr(rocksdict.DBCompressionType, name)()
+
+
+def open_files_limits() -> tuple[Optional[int], Optional[int]]:
+    """This process's (soft, hard) limit of open files, None for unlimited or where the platform has no such limit.
+    Every open database keeps its SST files open unless ``max_open_files`` caps them."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return None, None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (None if soft == resource.RLIM_INFINITY else soft), (None if hard == resource.RLIM_INFINITY else hard)
