@@ -120,14 +120,14 @@ class OpenDatabases:
     """The databases this process keeps open below one local directory, and the thread that gives them up."""
 
     def __init__(self, local: LocalDatabases, keep_seconds: float = KEEP_OPEN_SECONDS,
-                 max_kept: int = MAX_KEPT_DATABASES, max_open_files: Optional[int] = -1) -> None:
-        """``max_open_files``: how many files the kept databases may hold open together (None: no bound; -1, the
-        default: :func:`open_files_budget`)."""
+                 max_kept: int = MAX_KEPT_DATABASES, max_open_files: Optional[int] = None) -> None:
+        """``max_open_files``: how many files the kept databases may hold open together (default
+        :func:`open_files_budget`; no bound without a limit of open files)."""
         self.local = local
         self.keep_seconds = keep_seconds
         self.max_kept = max_kept
         self.max_families = max_kept * 8
-        self.max_open_files = open_files_budget() if max_open_files == -1 else max_open_files
+        self.max_open_files = open_files_budget() if max_open_files is None else max_open_files
         self._warned_open_files = False
         self._kept: dict[str, KeptDatabase] = {}
         self._in_use: Optional[str] = None
@@ -189,13 +189,13 @@ class OpenDatabases:
             evicted = []
             total = sum(kept.families for kept in self._kept.values())
             open_files = sum(kept.files for kept in self._kept.values())
-            max_open_files = self.max_open_files if self.max_open_files is not None else open_files
+            max_open_files = self.max_open_files
+            files_bound = max_open_files is not None and open_files > max_open_files
 
             def over() -> bool:  # one database alone stays kept whatever its files: it never takes a second
                 return (len(self._kept) > self.max_kept or total > self.max_families
-                        or (open_files > max_open_files and len(self._kept) > 1))
+                        or (max_open_files is not None and open_files > max_open_files and len(self._kept) > 1))
 
-            files_bound = self.max_open_files is not None and open_files > max_open_files
             if over():
                 for oldest in sorted(self._kept, key=lambda p: self._kept[p].last_used):
                     if not over():
