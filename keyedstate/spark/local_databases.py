@@ -46,6 +46,7 @@ from keyedstate.errors import StateBackendLockedError
 from keyedstate.spark.local_changelogs import CHANGELOGS_SUFFIX
 from keyedstate.state.key_groups.copy_markers import TAG_FILE, read_tag, remove_tag, write_tag
 from keyedstate.state.key_groups.timer_counts import TIMER_COUNTS_SUFFIX
+from keyedstate.state.rocksdb.errors import translate
 
 __all__ = ["LocalDatabases", "TAG_FILE", "IDLE_SECONDS", "MAX_COPIES", "process_alive"]
 
@@ -125,9 +126,16 @@ class LocalDatabases:
     @staticmethod
     def try_acquire(path: str) -> Optional[int]:
         """The lock of the database at ``path`` if no process holds it now (see :meth:`acquire`), else None."""
-        descriptor = _try_lock(path + ".lock")
+        try:
+            descriptor = _try_lock(path + ".lock")
+        except OSError as error:  # out of descriptors or disk, or the local directory not writable
+            raise translate(error, "lock the local state database", path) from error
         if descriptor is not None:
-            _write_holder(descriptor)
+            try:
+                _write_holder(descriptor)
+            except OSError as error:
+                os.close(descriptor)
+                raise translate(error, "lock the local state database", path) from error
         return descriptor
 
     @staticmethod

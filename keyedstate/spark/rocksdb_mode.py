@@ -137,23 +137,31 @@ class SparkLocalCopies:
         """Lock a copy of the key group's database no other process holds, preferring one at the committed version,
         then one that can catch up to it; all held: wait for the first (its holder is asked to give it up)."""
         best: Optional[tuple[int, str, int]] = None
-        for path in copies:
-            is_new = not os.path.exists(path + ".lock")
-            lock = self.local.try_acquire(path)
-            if lock is not None:
-                tag = read_tag(path)
-                score = 0 if record is None or tag is None else 2 if tag == record.tag else int(
-                    versions.is_in_chain(record, tag))
-                if best is None or score > best[0]:
-                    if best is not None:
-                        self.local.release(best[2])
-                    best = (score, path, lock)
-                else:
-                    self.local.release(lock)
-                if score == 2:
-                    break
-            if is_new:
-                break  # copies are made in order: none exists past this one
+        lock: Optional[int] = None
+        try:
+            for path in copies:
+                is_new = not os.path.exists(path + ".lock")
+                lock = self.local.try_acquire(path)
+                if lock is not None:
+                    tag = read_tag(path)
+                    score = 0 if record is None or tag is None else 2 if tag == record.tag else int(
+                        versions.is_in_chain(record, tag))
+                    if best is None or score > best[0]:
+                        if best is not None:
+                            self.local.release(best[2])
+                        best = (score, path, lock)
+                    else:
+                        self.local.release(lock)
+                    lock = None
+                    if score == 2:
+                        break
+                if is_new:
+                    break  # copies are made in order: none exists past this one
+        except BaseException:  # a lock held past the failed call would keep its copy from every other worker
+            for held in (lock, best[2] if best is not None else None):
+                if held is not None:
+                    self.local.release(held)
+            raise
         if best is None:
             return copies[0], self.local.acquire(copies[0])
         return best[1], best[2]

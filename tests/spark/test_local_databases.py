@@ -75,3 +75,57 @@ def test_idle_databases_of_processes_that_are_gone_are_removed(tmp_path):
     first, second = LocalDatabases(str(tmp_path)).idle_path(), LocalDatabases(str(tmp_path)).idle_path()
     assert not gone.exists() and first != second  # two queries in one worker never share one
     assert os.path.basename(first).startswith(f"{os.getpid()}-")
+
+
+RUN_OUT_OF_OPEN_FILES = """
+import os, resource, sys
+from keyedstate.spark.local_databases import LocalDatabases
+local = LocalDatabases(sys.argv[1])
+path = local.path("query", "Count", 7)
+os.makedirs(path)
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+try:
+    local.acquire(path)
+except Exception as error:
+    print(type(error).__name__, error)
+"""
+
+
+def test_a_lock_that_cannot_be_taken_for_lack_of_open_files_names_the_limit_and_the_ways_out(tmp_path):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", RUN_OUT_OF_OPEN_FILES, str(tmp_path)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.stdout.startswith("StateBackendError cannot lock the local state database"), (
+        result.stdout + result.stderr[-2000:])
+    assert "soft limit 64" in result.stdout and "ulimit -n" in result.stdout
+
+
+def test_a_call_that_fails_to_lock_a_later_copy_releases_the_copy_it_already_locked(tmp_path):
+    """Looking for the best copy, a call locks one copy and tries the next; when that fails (here: its lock file
+    is a directory), the first lock is released too. Held by a worker that goes on running other key groups, it
+    would keep that copy from every other worker until the worker exits."""
+    from keyedstate.errors import StateBackendError
+    from keyedstate.spark.rocksdb_mode import SparkLocalCopies
+    from keyedstate.state.rocksdb.options import RocksDBOptions
+
+    copies = SparkLocalCopies(8, state_storage=str(tmp_path / "storage"), storage_options=None,
+                              local_dir=str(tmp_path / "local"), uid="Count", options=RocksDBOptions(),
+                              keep_open=False, scope=("query", str(tmp_path / "storage" / "query")))
+    first, second = copies.local.copies("query", "Count", 3)[:2]
+    os.makedirs(first)
+    copies.local.release(copies.local.acquire(first))  # the first copy exists, unlocked, at no committed version
+    os.makedirs(second + ".lock")
+    versions, _ = copies.versions(3, None, None)
+    with pytest.raises(StateBackendError, match="cannot lock the local state database"):
+        copies.acquire(3, None, versions)
+    lock = LocalDatabases.try_acquire(first)  # a lock of this process would conflict too: flock is per open file
+    assert lock is not None
+    LocalDatabases.release(lock)

@@ -42,7 +42,7 @@ def translate(error: BaseException, action: str, path: str) -> KeyedStateError:
     if "Too many open files" in text:
         return StateBackendError(
             f"cannot {action}: this process has as many files open as its limit allows{_open_files_limit()} "
-            f"(RocksDB at {path}: {text}). Every open RocksDB database keeps its SST files open: raise the limit "
+            f"({path}: {text}). Every open RocksDB database keeps its SST files open: raise the limit "
             f"(ulimit -n, LimitNOFILE, or the container's nofile limit), or cap the files of each database with "
             f"RocksDBOptions(max_open_files=...), or open fewer databases at once (on Spark: fewer key groups)")
     if "No space left" in text:
@@ -52,7 +52,6 @@ def translate(error: BaseException, action: str, path: str) -> KeyedStateError:
         return StateBackendError(f"cannot {action}: the RocksDB database at {path} is corrupt ({text}); restore "
                                  f"it from a checkpoint")
     return StateBackendError(f"cannot {action} (RocksDB at {path}): {text}")
-
 
 
 def _open_files_limit() -> str:
