@@ -42,7 +42,7 @@ MAX_KEPT_DATABASES = 256
 """At most this many databases stay open per worker process and local directory (least recently used closed first),
 at most as many column families as fit :attr:`RocksDBOptions.memtable_budget_bytes` (see
 :meth:`OpenDatabases.limit_families`; their memtables share that budget and their block reads one block cache), and
-at most as many open files as :func:`open_files_budget` allows."""
+at most as many open files as :func:`open_files_budget` allows (counted over every local directory: one limit)."""
 
 
 FILES_PER_DATABASE = 6
@@ -179,6 +179,10 @@ class OpenDatabases:
         if not self._start_listener():
             return False
         files = open_files_of(database) if self.max_open_files is not None else FILES_PER_DATABASE
+        # The budget is the process's: another local directory's kept databases (another query's state_local_dir)
+        # hold files of the same limit. Counted before taking this mutex, so no two mutexes are ever held at once.
+        files_elsewhere = 0 if self.max_open_files is None else sum(
+            other.files_kept() for other in list(_SHARED.values()) if other is not self)
         with self._mutex:
             wanted_elsewhere = self._release_after_use and self._in_use == path
             self._in_use = None
@@ -188,7 +192,7 @@ class OpenDatabases:
             self._kept[path] = KeptDatabase(database, tag, lock, time.monotonic(), families, moves_with, files)
             evicted = []
             total = sum(kept.families for kept in self._kept.values())
-            open_files = sum(kept.files for kept in self._kept.values())
+            open_files = files_elsewhere + sum(kept.files for kept in self._kept.values())
             max_open_files = self.max_open_files
             files_bound = max_open_files is not None and open_files > max_open_files
 
@@ -213,6 +217,11 @@ class OpenDatabases:
         for evicted_path, kept in evicted:
             self._close(evicted_path, kept)
         return True
+
+    def files_kept(self) -> int:
+        """The files the databases kept here hold open (see :func:`open_files_of`)."""
+        with self._mutex:
+            return sum(kept.files for kept in self._kept.values())
 
     def close_all(self) -> None:
         with self._mutex:

@@ -146,6 +146,29 @@ def test_the_kept_databases_hold_no_more_open_files_than_the_budget(local, caplo
     assert len(open_databases) == 1 and database.closed_at is None  # kept: a call's own database stays
 
 
+def test_the_budget_of_open_files_counts_the_databases_kept_below_every_local_directory(tmp_path, monkeypatch):
+    """Two queries with their own ``state_local_dir`` in one worker keep their databases apart, but their files
+    count against one limit of open files: the second directory's databases leave the first less room."""
+    import keyedstate.spark.open_databases as module
+
+    monkeypatch.setattr(module, "_SHARED", {})
+    first_local, second_local = LocalDatabases(str(tmp_path / "first")), LocalDatabases(str(tmp_path / "second"))
+    first, second = module.open_databases_of(first_local), module.open_databases_of(second_local)
+    budget = 4 * (4 + FILES_PER_DATABASE)
+    first.max_open_files = second.max_open_files = budget
+    first.keep_seconds = second.keep_seconds = 3_600
+    try:
+        in_second = [kept_database(second_local, second, group, f"tag-{group}", sst_files=4) for group in (1, 2)]
+        in_first = [kept_database(first_local, first, group, f"tag-{group}", sst_files=4) for group in (1, 2, 3)]
+        assert second.files_kept() == 2 * (4 + FILES_PER_DATABASE)
+        assert len(first) == 2 and first.files_kept() + second.files_kept() == budget
+        assert [database.closed_at is not None for _, database in in_first] == [True, False, False]
+        assert all(database.closed_at is None for _, database in in_second)
+    finally:
+        first.close_all()
+        second.close_all()
+
+
 def test_the_default_budget_is_half_the_limit_of_open_files(local):
     import resource
 
