@@ -30,10 +30,11 @@ kafka-jars: venv
 # compiled fast path. No more than two Spark applications ever share the cores (with three, Spark's Python workers
 # missed their connect-back timeouts). The compatibility job's Spark 4.0 line runs its Spark subset in pure Python
 # too. The other streams' pytest output is printed at the end, and the last lines name each stream's exit status
-# and every failed test. ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and
+# and every failed test; after a failure, so does the end of each test process's Spark JVM output (.cache/spark-jvm,
+# tests/local_spark.py: a JVM that exits says why there). ruff ([tool.ruff] in pyproject.toml) checks the package, the tests, the benchmarks and
 # the scripts first, and mypy ([tool.mypy]) the package.
 test: venv kafka-jars s3proxy-jar
-	@mkdir -p .cache
+	@mkdir -p .cache && rm -rf .cache/spark-jvm
 	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
 	$(PY) -m mypy
 	@{ COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1; compat=$$?; \
@@ -44,7 +45,7 @@ test: venv kafka-jars s3proxy-jar
 	  $(PY) -m pytest -q -m "not spark and not long and not driver_process" --durations=10 $(PYTEST_ARGS) \
 	    > .cache/no-spark-tests.log 2>&1; compiled=$$?; \
 	  [ $$pure -eq 0 ] && [ $$compiled -eq 0 ]; } & nospark=$$!; \
-	$(PY) -m pytest -m "spark and not long and not driver_process" $(PYTEST_ARGS) 2>&1 | tee .cache/spark-tests.log; \
+	$(PY) -m pytest -m "spark and not long and not driver_process" --durations=25 $(PYTEST_ARGS) 2>&1 | tee .cache/spark-tests.log; \
 	spark=$${PIPESTATUS[0]}; \
 	wait $$nospark; nospark=$$?; \
 	echo "---- beside the Spark tests: the tests that need no Spark session, in pure Python (.cache/pure-tests.log)" \
@@ -58,7 +59,9 @@ test: venv kafka-jars s3proxy-jar
 	  "$$beside (driver_process, long and make compat) ----"; \
 	grep -hE '^(FAILED|ERROR) ' .cache/spark-tests.log .cache/pure-tests.log .cache/no-spark-tests.log \
 	  .cache/beside-tests.log .cache/compat.log || true; \
-	[ $$spark -eq 0 ] && [ $$nospark -eq 0 ] && [ $$beside -eq 0 ]
+	[ $$spark -eq 0 ] && [ $$nospark -eq 0 ] && [ $$beside -eq 0 ] || { \
+	  for log in .cache/spark-jvm/*.log; do [ -f "$$log" ] || continue; \
+	    echo "---- the last lines of a test process's Spark JVM ($$log) ----"; tail -n 25 "$$log"; done; false; }
 
 # The whole suite (every marker) with the compiled fast path off, one stream (~35 min idle): what `make test` does
 # for the tests that need neither Spark nor Kafka, for all of them. Not part of `make test`, whose 40-minute budget

@@ -7,13 +7,41 @@ process with a classic session, so the whole pytest run is either one or the oth
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 REMOTE_ENV = "KEYEDSTATE_TEST_SPARK_REMOTE"
 _CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+JVM_LOG_DIR = Path(__file__).resolve().parents[1] / ".cache" / "spark-jvm"
+"""Where the output of each test process's Spark JVM goes (``<pid>.log``); `make test` prints their ends when it
+fails."""
+
+
+@contextlib.contextmanager
+def jvm_output_to_log() -> Iterator[None]:
+    """Standard output and error of a JVM launched inside go to ``JVM_LOG_DIR/<pid>.log``, not to the capture of
+    the test that happened to start it: pytest closes that capture when the test ends, so whatever the JVM said
+    later, such as why it exited in a later test, was lost."""
+    JVM_LOG_DIR.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    log = os.open(JVM_LOG_DIR / f"{os.getpid()}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for descriptor in (*saved, log):
+            os.close(descriptor)
 
 
 def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests") -> Any:
@@ -26,6 +54,7 @@ def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests")
     conf = {
         "spark.sql.shuffle.partitions": "2",
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # progress bars would fill the JVM's log (jvm_output_to_log)
         "spark.sql.warehouse.dir": str(warehouse_dir),
         "spark.driver.memory": "2g",
         "spark.sql.streaming.stopTimeout": "30000",
@@ -43,7 +72,8 @@ def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests")
         builder = SparkSession.builder.master("local[2]").appName(app_name)
         for key, value in conf.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        with jvm_output_to_log():
+            session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
     session.conf.set("spark.sql.shuffle.partitions", "2")  # a session built earlier may have been changed since
     return session
@@ -66,7 +96,9 @@ def local_connect_session(master: str, app_name: str, conf: dict[str, str]) -> A
                .config("spark.connect.grpc.binding.port", str(port)))
     for key, value in conf.items():
         builder = builder.config(key, value)
-    builder.getOrCreate().sparkContext.setLogLevel("ERROR")  # the server, in this process
+    with jvm_output_to_log():
+        server = builder.getOrCreate()
+    server.sparkContext.setLogLevel("ERROR")  # the server, in this process
 
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
