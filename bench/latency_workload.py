@@ -92,17 +92,22 @@ HEAP_ALO_SP8 = Variant("keyed_process heap, at-least-once, 8 shuffle partitions"
 HEAP_ALO_8 = Variant("keyed_process heap, at-least-once, 8 key groups", KEYED_PROCESS, num_key_groups=8)
 HEAP_ALO_8_SP2 = Variant("keyed_process heap, at-least-once, 8 key groups, 2 shuffle partitions", KEYED_PROCESS,
                          num_key_groups=8, shuffle_partitions=2)
+HEAP_EO_8_SP2 = Variant("keyed_process heap, exactly-once, 8 key groups, 2 shuffle partitions", KEYED_PROCESS,
+                        guarantee="exactly_once", num_key_groups=8, shuffle_partitions=2)
 
 # the ceiling of Spark's API: how close to the floor any applyInPandasWithState pipeline gets
 BARE_128 = Variant("bare applyInPandasWithState, at-least-once, 128 buckets", BARE)
 BARE_2_SP2 = Variant("bare applyInPandasWithState, at-least-once, 2 buckets, 2 shuffle partitions", BARE,
                      num_key_groups=2, shuffle_partitions=2)
+BARE_2_SP2_EO = Variant("bare applyInPandasWithState, exactly-once, 2 buckets, 2 shuffle partitions", BARE,
+                        guarantee="exactly_once", num_key_groups=2, shuffle_partitions=2)
 # what the progress metrics (on by default) cost per micro-batch
 HEAP_ALO_NO_METRICS = Variant("keyed_process heap, at-least-once, no progress metrics", KEYED_PROCESS,
                               progress_metrics=False)
 
 VARIANTS = {v.label: v for v in (FLOOR_ALO, FLOOR_EO, HEAP_ALO, HEAP_EO, ROCKSDB_ALO, ROCKSDB_ALO_8, HEAP_ALO_SP8,
-                                 HEAP_ALO_8, HEAP_ALO_8_SP2, HEAP_ALO_NO_METRICS, BARE_128, BARE_2_SP2)}
+                                 HEAP_ALO_8, HEAP_ALO_8_SP2, HEAP_EO_8_SP2, HEAP_ALO_NO_METRICS, BARE_128, BARE_2_SP2,
+                                 BARE_2_SP2_EO)}
 
 
 def count_buckets(bucket: tuple, frames: Any, state: Any) -> Any:

@@ -107,8 +107,12 @@ EXPLAINING = (
     ("bare 2 buckets, 2 shuffle partitions / floor at-least-once [p99]",
      "the ceiling of Spark's API: a hand-written applyInPandasWithState count over 2 buckets and 2 shuffle "
      "partitions (one Spark group per task, one task per core), against the floor"),
+    ("bare 2 buckets, 2 shuffle partitions exactly-once / floor exactly-once [p99]",
+     "the same ceiling with the exactly-once sink, against the exactly-once floor"),
     ("heap 8 key groups, 2 shuffle partitions / floor at-least-once [p99]",
      "keyed_process heap tuned for latency (8 key groups, 2 shuffle partitions), against the floor"),
+    ("heap 8 key groups, 2 shuffle partitions exactly-once / floor exactly-once [p99]",
+     "the same with the exactly-once sink, against the exactly-once floor"),
     ("heap at-least-once / bare 128 buckets [p99]",
      "what keyedstate adds: keyed_process heap against the hand-written function over as many buckets as it has key "
      "groups"),
