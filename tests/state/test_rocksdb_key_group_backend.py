@@ -127,3 +127,58 @@ def test_a_database_opened_empty_without_recording_hands_out_its_whole_content_a
     replica.replay(ChangeLog.decode(changes.encode(), "test"))
     assert everything(replica) == expected and sorted(replica.stored_state_names()) == ["count", "events", "kinds"]
     replica.close()
+
+
+def test_a_settled_database_attached_again_by_another_backend_is_checked_against_its_states(tmp_path):
+    """A database detached with every state settled is trusted again, without reading its metadata, only by the
+    backend that detached it and with the same states registered."""
+    writer = KeyGroupRocksDBBackend(tmp_path / "idle-1", num_key_groups=4)
+    count = writer.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    writer.open_key_group(str(tmp_path / "kg"))
+    writer.settle_restored_states()
+    writer.set_current_key("a")
+    count.update(5)
+    database = writer.detach_key_group()
+    writer.attach_key_group(database)  # the same backend: trusted
+    writer.settle_restored_states()
+    writer.set_current_key("a")
+    assert count.value() == 5
+    database = writer.detach_key_group()
+
+    reader = KeyGroupRocksDBBackend(tmp_path / "idle-2", num_key_groups=4)
+    reader.get_or_create_state(ValueStateDescriptor("count", Types.STRING()))
+    with pytest.raises(StateTypeMismatchError, match="'count' was stored with type"):
+        reader.attach_key_group(database)
+    database.close()
+    reader.close()
+    writer.close()
+
+
+def test_changes_replayed_into_a_settled_database_are_settled_again(tmp_path):
+    """Changes another worker wrote may describe a state this function no longer registers: the next settle drops
+    it, also on a database that was detached settled and trusted again."""
+    other = KeyGroupRocksDBBackend(tmp_path / "idle-other", num_key_groups=4)
+    old_count = other.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    removed = other.get_or_create_state(ValueStateDescriptor("removed", Types.LONG()))
+    other.open_key_group(str(tmp_path / "other"))
+    other.take_changes()
+    other.set_current_key("a")
+    old_count.update(1)
+    removed.update(2)
+    changes = ChangeLog.decode(other.take_changes().encode(), "changelog")
+    other.close()
+
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    backend.open_key_group(str(tmp_path / "kg"))
+    backend.settle_restored_states()
+    database = backend.detach_key_group()
+    backend.attach_key_group(database)
+    backend.replay(changes)
+    assert len(list(backend.iter_stored_records("removed"))) == 1
+    backend.settle_restored_states()
+    assert list(backend.iter_stored_records("removed")) == []
+    backend.set_current_key("a")
+    assert count.value() == 1
+    backend.close_key_group()
+    backend.close()

@@ -76,6 +76,9 @@ class RocksDatabase:
         self._recorded: Optional[list[Operation]] = [] if record_changes else None
         self._wanted_families = set(families)
         self.collect_on_close = collect_on_close
+        self.settled_for: Optional[tuple] = None
+        """Set by the backend that detaches the database with every state settled (see
+        KeyGroupRocksDBBackend.detach_key_group): what that backend had registered then."""
         self._open_with_retry()
 
     @property

@@ -42,6 +42,10 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         super().__init__(path, num_key_groups=num_key_groups, ttl_clock=ttl_clock,
                          options=options or RocksDBOptions(reuse_existing=True))
         self._attached = True
+        self._identity = object()  # tells this backend's settled databases from another backend's
+        self._settled = False
+        """Whether every state of the attached database is settled (metadata checked, migrated, removed states
+        dropped) and nothing was replayed into it since."""
 
     def open_key_group(self, path: str, record_changes: bool = True) -> None:
         """Open the database at ``path`` as it is on disk (the caller prepared it) and bind every state to it.
@@ -66,6 +70,13 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         self._database = database
         for store in self._stores():
             store.bind(database)
+        if database.settled_for is not None and database.settled_for == self._settled_signature():
+            # This backend detached it settled, with the same states registered, and nothing wrote to it since
+            # (it stayed open and locked here): its metadata is what the last check left.
+            self._attached = True
+            self._restored_metadata = {}
+            self._settled = True
+            return
         self._bound_to_database()
 
     def start_recording(self) -> None:
@@ -91,10 +102,22 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         for store in self._stores():
             store.unbind(self.path)
         self._attached = False
+        self._database.settled_for = (self._settled_signature() if self._settled and not self._restored_metadata
+                                      else None)
         return self._database
+
+    def settle_restored_states(self) -> None:
+        if self._settled and not self._restored_metadata:
+            return  # settled when detached; the cheap path of every call on a database kept open in this worker
+        super().settle_restored_states()
+        self._settled = True
+
+    def _settled_signature(self) -> tuple:
+        return (self._identity, tuple(self._states), tuple(sorted(self.state_incarnations.items())))
 
     def _bound_to_database(self) -> None:
         self._attached = True
+        self._settled = False
         self._restored_metadata = {}
         self.load_metadata_from_database()
         stored = set(self._restored_metadata)
@@ -116,6 +139,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         super().close()
 
     def replay(self, changes: ChangeLog) -> None:
+        self._settled = False  # the changes may describe states, or state layouts, the database did not hold
         super().replay(changes)
         self._check_registered_against_database()
 
