@@ -25,7 +25,8 @@ kafka-jars: venv
 # The whole suite on the pinned PySpark in three streams side by side, so that each spends what the others leave of
 # the 2 cores. First, the tests that share this process's Spark session (marked spark). Beside them, the
 # compatibility job followed by the tests that start and kill Spark drivers of their own (marked driver_process)
-# and the tests that take several minutes (marked long: 300 micro-batches on S3). And beside both, the tests that
+# and then, in a process and Spark JVM of their own, the tests that take several minutes (marked long: 300
+# micro-batches on S3; after the driver_process tests in one process, its JVM died twice, silently). And beside both, the tests that
 # need no Spark session: first in pure Python (KEYEDSTATE_PURE_PYTHON=1, without the Kafka ones), then with the
 # compiled fast path. No more than two Spark applications ever share the cores (with three, Spark's Python workers
 # missed their connect-back timeouts). The compatibility job's Spark 4.0 line runs its Spark subset in pure Python
@@ -38,8 +39,10 @@ test: venv kafka-jars s3proxy-jar
 	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
 	$(PY) -m mypy
 	@{ COMPAT_ONE_AT_A_TIME=1 $(MAKE) --no-print-directory compat > .cache/compat.log 2>&1; compat=$$?; \
-	   $(PY) -m pytest -m "driver_process or long" --durations=20 $(PYTEST_ARGS) > .cache/beside-tests.log 2>&1; tests=$$?; \
-	   [ $$compat -eq 0 ] && [ $$tests -eq 0 ]; } & beside=$$!; \
+	   $(PY) -m pytest -m "driver_process and not long" --durations=20 $(PYTEST_ARGS) > .cache/beside-tests.log 2>&1; \
+	   tests=$$?; \
+	   $(PY) -m pytest -m long --durations=5 $(PYTEST_ARGS) >> .cache/beside-tests.log 2>&1; long=$$?; \
+	   [ $$compat -eq 0 ] && [ $$tests -eq 0 ] && [ $$long -eq 0 ]; } & beside=$$!; \
 	{ KEYEDSTATE_PURE_PYTHON=1 $(PY) -m pytest -q -m "not spark and not kafka and not long and not driver_process" \
 	    $(PYTEST_ARGS) > .cache/pure-tests.log 2>&1; pure=$$?; \
 	  $(PY) -m pytest -q -m "not spark and not long and not driver_process" --durations=10 $(PYTEST_ARGS) \

@@ -7,6 +7,7 @@ process with a classic session, so the whole pytest run is either one or the oth
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import socket
@@ -44,6 +45,27 @@ def jvm_output_to_log() -> Iterator[None]:
             os.close(descriptor)
 
 
+def note_jvm_exit_at_the_end(session: Any) -> None:
+    """When the test process ends, append to the JVM's log how it exited if it exited before: code 0 with nothing
+    logged is PySpark's gateway exiting because its standard input closed, 50-52 Spark's handler of a fatal error,
+    negative a signal."""
+    gateway = getattr(session.sparkContext, "_gateway", None)
+    process = getattr(gateway, "proc", None)
+    if process is None or getattr(process, "_keyedstate_noted", False):
+        return
+    process._keyedstate_noted = True
+    log = JVM_LOG_DIR / f"{os.getpid()}.log"
+
+    def note() -> None:
+        code = process.poll()
+        if code is not None:
+            with open(log, "a", encoding="utf-8") as file:
+                file.write(f"\n[tests/local_spark.py] this Spark JVM (pid {process.pid}) exited with code {code} "
+                           f"before the test process ended\n")
+
+    atexit.register(note)
+
+
 def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests") -> Any:
     """``local[2]`` with 2 shuffle partitions, no UI, a 2 GiB driver and a 30 s stop timeout for streaming queries.
 
@@ -74,6 +96,7 @@ def local_spark_session(warehouse_dir: Path, app_name: str = "keyedstate-tests")
             builder = builder.config(key, value)
         with jvm_output_to_log():
             session = builder.getOrCreate()
+        note_jvm_exit_at_the_end(session)
         session.sparkContext.setLogLevel("ERROR")
     session.conf.set("spark.sql.shuffle.partitions", "2")  # a session built earlier may have been changed since
     return session
