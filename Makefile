@@ -28,12 +28,13 @@ kafka-jars: venv
 # and then, in a process and Spark JVM of their own, the tests that take several minutes (marked long: 300
 # micro-batches on S3; after the driver_process tests in one process, its JVM died twice, silently). And beside
 # both, the tests that need no Spark session: first in pure Python (KEYEDSTATE_PURE_PYTHON=1, without the Kafka
-# ones), then with the compiled fast path. No more than two Spark applications ever share the cores (with three, Spark's Python workers
-# missed their connect-back timeouts). The compatibility job's Spark 4.0 line runs its Spark subset in pure Python
-# too. The other streams' pytest output is printed at the end, and the last lines name each stream's exit status
-# and every failed test; after a failure, so does the end of each test process's Spark JVM output (.cache/spark-jvm,
-# tests/local_spark.py: a JVM that exits says why there). ruff ([tool.ruff] in pyproject.toml) checks the package,
-# the tests, the benchmarks and the scripts first, and mypy ([tool.mypy]) the package.
+# ones), then with the compiled fast path. No more than two Spark applications ever share the cores (with three,
+# Spark's Python workers missed their connect-back timeouts). The compatibility job's Spark 4.0 line runs its Spark
+# subset in pure Python too. The other streams' pytest output is printed at the end, and the last lines name each
+# stream's exit status and every failed test; after a failure, so does the end of each test process's Spark JVM
+# output (.cache/spark-jvm, tests/local_spark.py: a JVM that exits says why there). ruff ([tool.ruff] in
+# pyproject.toml) checks the package, the tests, the benchmarks and the scripts first, and mypy ([tool.mypy]) the
+# package.
 test: venv kafka-jars s3proxy-jar
 	@mkdir -p .cache && rm -rf .cache/spark-jvm
 	$(PY) -m ruff check keyedstate timers connectors tests bench scripts
@@ -48,7 +49,8 @@ test: venv kafka-jars s3proxy-jar
 	  $(PY) -m pytest -q -m "not spark and not long and not driver_process" --durations=10 $(PYTEST_ARGS) \
 	    > .cache/no-spark-tests.log 2>&1; compiled=$$?; \
 	  [ $$pure -eq 0 ] && [ $$compiled -eq 0 ]; } & nospark=$$!; \
-	$(PY) -m pytest -m "spark and not long and not driver_process" --durations=25 $(PYTEST_ARGS) 2>&1 | tee .cache/spark-tests.log; \
+	$(PY) -m pytest -m "spark and not long and not driver_process" --durations=25 $(PYTEST_ARGS) 2>&1 \
+	  | tee .cache/spark-tests.log; \
 	spark=$${PIPESTATUS[0]}; \
 	wait $$nospark; nospark=$$?; \
 	echo "---- beside the Spark tests: the tests that need no Spark session, in pure Python (.cache/pure-tests.log)" \
