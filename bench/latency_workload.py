@@ -97,6 +97,9 @@ HEAP_EO_8_SP2 = Variant("keyed_process heap, exactly-once, 8 key groups, 2 shuff
 
 # the ceiling of Spark's API: how close to the floor any applyInPandasWithState pipeline gets
 BARE_128 = Variant("bare applyInPandasWithState, at-least-once, 128 buckets", BARE)
+BARE_4 = Variant("bare applyInPandasWithState, at-least-once, 4 buckets", BARE, num_key_groups=4)
+BARE_4_EO = Variant("bare applyInPandasWithState, exactly-once, 4 buckets", BARE, guarantee="exactly_once",
+                    num_key_groups=4)
 BARE_2_SP2 = Variant("bare applyInPandasWithState, at-least-once, 2 buckets, 2 shuffle partitions", BARE,
                      num_key_groups=2, shuffle_partitions=2)
 BARE_2_SP2_EO = Variant("bare applyInPandasWithState, exactly-once, 2 buckets, 2 shuffle partitions", BARE,
@@ -106,8 +109,8 @@ HEAP_ALO_NO_METRICS = Variant("keyed_process heap, at-least-once, no progress me
                               progress_metrics=False)
 
 VARIANTS = {v.label: v for v in (FLOOR_ALO, FLOOR_EO, HEAP_ALO, HEAP_EO, ROCKSDB_ALO, ROCKSDB_ALO_8, HEAP_ALO_SP8,
-                                 HEAP_ALO_8, HEAP_ALO_8_SP2, HEAP_EO_8_SP2, HEAP_ALO_NO_METRICS, BARE_128, BARE_2_SP2,
-                                 BARE_2_SP2_EO)}
+                                 HEAP_ALO_8, HEAP_ALO_8_SP2, HEAP_EO_8_SP2, HEAP_ALO_NO_METRICS, BARE_128, BARE_4,
+                                 BARE_4_EO, BARE_2_SP2, BARE_2_SP2_EO)}
 
 
 def count_buckets(bucket: tuple, frames: Any, state: Any) -> Any:
@@ -131,8 +134,13 @@ def _bare_query(events: Any, buckets: int) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    prepared = events.withWatermark("timestamp", WATERMARK_DELAY).withColumn(
-        "bucket", F.pmod(F.xxhash64("key"), F.lit(buckets)).cast("int"))
+    from keyedstate.spark.key_group_layout import BALANCED, grouping_value_column
+
+    # The grouping values keyed_process's balanced layout gives its key groups, so every shuffle partition gets
+    # buckets / partitions of them: as plain ints, buckets 0 and 1 both hash to partition 1 of 2 (and 0 to 3 to
+    # partitions 2 and 3 of 4), which leaves a core without a Spark group.
+    bucket = grouping_value_column(F.pmod(F.xxhash64("key"), F.lit(buckets)), buckets, BALANCED)
+    prepared = events.withWatermark("timestamp", WATERMARK_DELAY).withColumn("bucket", bucket)
     return prepared.groupBy("bucket").applyInPandasWithState(
         count_buckets, OUTPUT_SCHEMA, "counts BINARY", "append", GroupStateTimeout.EventTimeTimeout)
 

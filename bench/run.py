@@ -48,7 +48,7 @@ SUITES = {
     "metrics": ("bench/test_progress_metrics_bench.py", 4),
     "large_state": ("bench/test_large_state_bench.py", 27),  # 22 + ~5 for the checkpoint inspector (estimated)
     "savepoint": ("bench/test_savepoint_bench.py", 8),
-    "latency": ("bench/test_latency_bench.py", 20),
+    "latency": ("bench/test_latency_bench.py", 21),
 }
 
 PROFILES = {
