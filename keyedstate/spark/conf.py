@@ -14,7 +14,9 @@ def recommended_spark_conf(*, shuffle_partitions: Optional[int] = None, rocksdb:
 
     * RocksDB state store with changelog checkpointing: each micro-batch persists only the changed state rows.
     * A Python worker runs for every shuffle partition in every batch, so keep ``spark.sql.shuffle.partitions``
-      small (about twice the cores); it is fixed once a streaming checkpoint exists.
+      small: about the number of cores where latency matters (a second wave of tasks adds its fixed cost to every
+      batch, docs/operations.md "Tuning"), up to twice the cores for large batches. It is fixed once a streaming
+      checkpoint exists.
     * Arrow batches large enough that a key group's elements arrive in few DataFrames.
     """
     conf = {
