@@ -138,7 +138,7 @@ def _bare_query(events: Any, buckets: int) -> Any:
 
     # The grouping values keyed_process's balanced layout gives its key groups, so every shuffle partition gets
     # buckets / partitions of them: as plain ints, buckets 0 and 1 both hash to partition 1 of 2 (and 0 to 3 to
-    # partitions 2 and 3 of 4), which leaves a core without a Spark group.
+    # partitions 2 and 3 of 4), which leaves other partitions without any.
     bucket = grouping_value_column(F.pmod(F.xxhash64("key"), F.lit(buckets)), buckets, BALANCED)
     prepared = events.withWatermark("timestamp", WATERMARK_DELAY).withColumn("bucket", bucket)
     return prepared.groupBy("bucket").applyInPandasWithState(
