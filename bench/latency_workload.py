@@ -100,9 +100,9 @@ BARE_128 = Variant("bare applyInPandasWithState, at-least-once, 128 buckets", BA
 BARE_4 = Variant("bare applyInPandasWithState, at-least-once, 4 buckets", BARE, num_key_groups=4)
 BARE_4_EO = Variant("bare applyInPandasWithState, exactly-once, 4 buckets", BARE, guarantee="exactly_once",
                     num_key_groups=4)
-BARE_2_SP2 = Variant("bare applyInPandasWithState, at-least-once, 2 buckets, 2 shuffle partitions", BARE,
+BARE_2_SP2 = Variant("bare applyInPandasWithState, at-least-once, 2 buckets, one per shuffle partition of 2", BARE,
                      num_key_groups=2, shuffle_partitions=2)
-BARE_2_SP2_EO = Variant("bare applyInPandasWithState, exactly-once, 2 buckets, 2 shuffle partitions", BARE,
+BARE_2_SP2_EO = Variant("bare applyInPandasWithState, exactly-once, 2 buckets, one per shuffle partition of 2", BARE,
                         guarantee="exactly_once", num_key_groups=2, shuffle_partitions=2)
 # what the progress metrics (on by default) cost per micro-batch
 HEAP_ALO_NO_METRICS = Variant("keyed_process heap, at-least-once, no progress metrics", KEYED_PROCESS,

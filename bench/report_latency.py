@@ -21,9 +21,9 @@ RATIO_TARGETS = (
 
 WHY = ("keyed_process pays a fixed cost per micro-batch above the floor (a Python call per key group with data, "
        "state rows read and written for each, and the stateful stage's shuffle), so its batches take longer and "
-       "events wait longer for the next one. Much of that cost is Spark's stateful operator itself: the latency "
-       "section's hand-written applyInPandasWithState function over 4 buckets (one Spark group per task at the "
-       "pipeline's 4 shuffle partitions) shows the lowest p99 any design on Spark's API gets there. "
+       "events wait longer for the next one. Much of that cost is Spark's stateful operator itself: no design on "
+       "Spark's API gets below a hand-written applyInPandasWithState function with one Spark group per task, about "
+       "2x the floor's p99 at the pipeline's 4 shuffle partitions (bench/PROFILE-spark.md, last section). "
        "docs/operations.md, \"Tuning\", lists what sets it.")
 WHY_ROCKSDB = ("RocksDB mode writes a changelog per key group and batch, and in a new query each Python worker that "
                "runs a key group opens its own copy of the key group's database on its first call (about 12 ms): "
@@ -110,9 +110,15 @@ EXPLAINING = (
      "over 4 buckets (one Spark group per task), against the floor"),
     ("bare 4 buckets exactly-once / floor exactly-once [p99]",
      "the same ceiling with the exactly-once sink, against the exactly-once floor"),
+    ("bare 2 buckets, one per shuffle partition of 2 / floor at-least-once [p99]",
+     "the ceiling of Spark's API with one task per core: the hand-written function over 2 buckets, one on each of "
+     "2 shuffle partitions, against the floor"),
+    ("bare 2 buckets, one per shuffle partition of 2, exactly-once / floor exactly-once [p99]",
+     "the same with the exactly-once sink, against the exactly-once floor"),
+    # runs before the bare function grouped by balanced values: its buckets 0 and 1 hashed to the same partition
     ("bare 2 buckets, 2 shuffle partitions / floor at-least-once [p99]",
-     "the ceiling of Spark's API with one task per core: the hand-written function over 2 buckets and 2 "
-     "shuffle partitions, against the floor"),
+     "the hand-written function over 2 buckets on 2 shuffle partitions, both buckets in one partition (one task "
+     "ran both, the other none), against the floor"),
     ("bare 2 buckets, 2 shuffle partitions exactly-once / floor exactly-once [p99]",
      "the same with the exactly-once sink, against the exactly-once floor"),
     ("heap 8 key groups, 2 shuffle partitions / floor at-least-once [p99]",
