@@ -10,7 +10,7 @@ from connectors.kafka import sink_producers
 from connectors.kafka.errors import RecordTooLargeError
 from connectors.kafka.sink_options import parse_sink_options
 from connectors.kafka.sink_writer import SinkTask, write_task
-from kafka_helpers import create_topic, read_committed, unique
+from kafka_helpers import create_topic, read_committed, unique, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.usefixtures("empty_producer_pool")]
 
@@ -100,6 +100,8 @@ def test_a_pooled_producer_skips_the_topic_check_for_a_topic_it_found_and_still_
 
     admin = AdminClient({"bootstrap.servers": bs})
     admin.delete_topics([topic])[topic].result(30)
+    # the controller answers before the broker has applied the deletion; a write in between still lands
+    wait_for(lambda: topic not in admin.list_topics(timeout=10).topics, 30, "topic deletion")
     with pytest.raises(UnknownTopicError, match=topic):
         write_task(opts, iter(_rows(["c"])), SinkTask("q", 2, 0))
     # the records timed out; the check that had been skipped then ran and named the cause

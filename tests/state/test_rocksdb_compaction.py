@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 
 import pytest
 import rocksdict
@@ -18,6 +19,7 @@ from keyedstate.checkpoint.storage import CheckpointStorage
 from keyedstate.state.key_groups.copy_markers import BASE_FILE, mark_base
 from keyedstate.state.key_groups.versioned import save_version
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
+from keyedstate.state.rocksdb.db import DEFAULT_CF
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy
 
@@ -40,6 +42,7 @@ def base_uploads(tmp_path, options: RocksDBOptions, bases: int = 4) -> list[tupl
         for key in range(KEYS) if batch == 0 else rng.sample(range(KEYS), CHANGED_PER_BATCH):
             backend.set_current_key(f"k{key:06d}")
             value.update(f"{rng.getrandbits(256):064x}")
+        settle_compactions(backend)
         backend.take_changes()
         if batch % BATCHES_PER_BASE == 0:
             backend.checkpoint(str(tmp_path / f"ckpt-{batch}"))
@@ -81,6 +84,24 @@ def test_a_database_written_with_one_compaction_style_opens_with_the_other(tmp_p
         assert value.value() == 1999
 
 
+def settle_compactions(backend: KeyGroupRocksDBBackend, quiet_s: float = 0.05, timeout_s: float = 120.0) -> None:
+    """Flush, then wait until no compaction has run for ``quiet_s``, so every call sees the files a machine with time
+    to spare would: whether a compaction finishes within a call otherwise depends on the machine's load, and one
+    that finishes a call later rewrites the files the next base would have shared. (RocksDB's "compaction-pending"
+    stays set when universal compaction has nothing to pick, so only running compactions are watched.)"""
+    backend.write_pending_values()
+    database = backend._database.db
+    for name in backend._database.column_families:
+        (database if name == DEFAULT_CF else database.get_column_family(name)).flush(True)
+    deadline = quiet_since = time.monotonic()
+    deadline += timeout_s
+    while time.monotonic() - quiet_since < quiet_s:
+        assert time.monotonic() < deadline, "compactions still running"
+        if database.property_int_value("rocksdb.num-running-compactions"):
+            quiet_since = time.monotonic()
+        time.sleep(0.01)
+
+
 class LocalCopy:
     """One worker's copy of the key group, as on Spark's store: it catches up from the changelogs it missed, or is
     rebuilt from storage when it holds no version of the record's chain (and marks the base it downloaded, as the
@@ -106,6 +127,7 @@ class LocalCopy:
         for key in keys:
             self.backend.set_current_key(f"k{key:06d}")
             self.value.update(f"{rng.getrandbits(256):064x}")
+        settle_compactions(self.backend)
         new, written = save_version(self.backend, versions, record, self.backend.take_changes(), batch, policy,
                                     100, self.path)
         if not self.marks_bases and os.path.exists(os.path.join(self.path, BASE_FILE)):
