@@ -64,6 +64,35 @@ class RecordingWriter(DataSourceStreamWriter):
         pass
 
 
+class HandoverLog(logging.FileHandler):
+    """The worker's ``keyedstate.spark.rocksdb`` records at DEBUG, in the notes directory, until the test writes
+    ``done`` there: the first record after that detaches the handler and gives the logger its level back, so that
+    the Spark workers later tests reuse do not keep logging at DEBUG."""
+
+    def __init__(self, directory: str) -> None:
+        super().__init__(os.path.join(directory, f"worker-{os.getpid()}.log"), delay=True)
+        self.done = os.path.join(directory, "done")
+        self.setLevel(logging.DEBUG)
+
+    def attach(self) -> None:
+        logger = logging.getLogger("keyedstate.spark.rocksdb")
+        if not any(getattr(h, "baseFilename", None) == self.baseFilename for h in logger.handlers):
+            logger.addHandler(self)
+            logger.setLevel(logging.DEBUG)
+        else:
+            self.close()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if os.path.exists(self.done):
+            logger = logging.getLogger("keyedstate.spark.rocksdb")
+            logger.removeHandler(self)
+            if not any(isinstance(h, HandoverLog) for h in logger.handlers):
+                logger.setLevel(logging.NOTSET)
+            self.close()
+            return
+        super().emit(record)
+
+
 class CountAndNoteWorkers(KeyedProcessFunction):
     """A count per user; notes the worker that runs it and logs the worker's database handovers."""
 
@@ -71,13 +100,7 @@ class CountAndNoteWorkers(KeyedProcessFunction):
         self.directory = directory
 
     def open(self, runtime_context):
-        log = os.path.join(self.directory, f"worker-{os.getpid()}.log")
-        logger = logging.getLogger("keyedstate.spark.rocksdb")
-        if not any(getattr(h, "baseFilename", None) == log for h in logger.handlers):
-            handler = logging.FileHandler(log)
-            handler.setLevel(logging.DEBUG)
-            logger.addHandler(handler)
-            logger.setLevel(logging.DEBUG)
+        HandoverLog(self.directory).attach()
         self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
 
     def process_element(self, value, ctx):
@@ -117,6 +140,7 @@ def test_a_query_with_a_python_sink_keeps_its_key_groups_in_the_workers_that_ran
             query.processAllAvailable()
     finally:
         query.stop()
+        (notes / "done").touch()
 
     # nothing lost: each user's last count is its number of inputs
     sent = Counter(f"u{(index + i) % USERS}" for index in range(BATCHES) for i in range(20))

@@ -1,8 +1,9 @@
-"""The broker restarted while a Spark write task of the ``keyedstate-kafka`` sink has half of its records in an open
-transaction: the query rides it out, or fails with one of our errors and continues when restarted on the same
-checkpoint; either way a read_committed consumer sees every record exactly once.
+"""A Spark write task of the ``keyedstate-kafka`` sink interrupted while half of its records are in an open
+transaction: by a broker restart (the query rides it out, or fails with one of our errors and continues when
+restarted on the same checkpoint), or by ``query.stop()`` (the transaction stays open, invisible, until the
+restarted query's replay aborts it). Either way a read_committed consumer sees every record exactly once.
 
-Restarts the session's broker (SIGKILL, then start on the same port and data), as a crash would."""
+The broker restart is a SIGKILL, then a start on the same port and data, as a crash would."""
 
 from __future__ import annotations
 
@@ -135,5 +136,43 @@ def test_a_broker_restart_during_a_spark_write_keeps_the_output_exactly_once(spa
         finally:
             rerun.stop()
     assert (tmp_path / "ckpt" / "commits" / "1").exists()  # the batch after the restart too
+    values = sorted(v.decode() for _, _, v, _ in read_committed(bs, out))
+    assert values == sorted(f"out-{i}" for i in range(RECORDS))
+
+
+def test_a_query_stopped_mid_write_leaves_the_transaction_open_and_invisible_until_the_restart_replays_it(
+        spark, kafka_broker, tmp_path):
+    """Spark kills the paused task's Python worker, so neither the task nor the driver's abort (which only logs;
+    Spark may log that it "failed to abort") can end the transaction: it stays open until the restarted query's
+    replay of the batch fences the transactional id, long before ``kafka.transaction.timeout.ms``."""
+    bs = kafka_broker.bootstrap
+    spark.dataSource.register(_PausingKafka)
+    source, out = create_topic(bs, 2), create_topic(bs, 2)
+    produce(bs, source, RECORDS, 2)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    sink = {"topic": out, "transactionalIdPrefix": unique("stopped"), "kafka.transaction.timeout.ms": "600000"}
+    query = _start(spark, bs, source, PAUSING_FORMAT, tmp_path / "ckpt", markers=str(markers), **sink)
+    try:
+        wait_for(lambda: (markers / "paused").exists() or not query.isActive, 120, "batch 0 to be writing")
+        assert query.isActive, query.exception()
+        produced = set((markers / "paused").read_text().split())
+        wait_for(lambda: produced <= {v.decode() for _, _, v, _ in
+                                      read_committed(bs, out, isolation="read_uncommitted")},
+                 60, "the first half to reach the broker, inside the open transaction")
+    finally:
+        query.stop()
+    assert not (tmp_path / "ckpt" / "commits" / "0").exists()
+    assert not produced & {v.decode() for _, _, v, _ in read_committed(bs, out)}, "the open transaction is invisible"
+
+    rerun = _start(spark, bs, source, PAUSING_FORMAT, tmp_path / "ckpt", markers=str(markers), **sink)
+    try:
+        rerun.awaitTermination(240)
+    finally:
+        (markers / "resume").write_text("go")  # a worker of the stopped query still paused would now be fenced
+        rerun.stop()
+    assert rerun.exception() is None, rerun.exception()
+    # read_committed stops at an open transaction: every record visible means the replay ended it, well within
+    # the 10-minute timeout
     values = sorted(v.decode() for _, _, v, _ in read_committed(bs, out))
     assert values == sorted(f"out-{i}" for i in range(RECORDS))
