@@ -93,13 +93,30 @@ def _start(spark, bs: str, source: str, sink_format: str, checkpoint: Path, **op
             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
 
 
-def test_a_broker_restart_during_a_spark_write_keeps_the_output_exactly_once(spark, kafka_broker, tmp_path):
-    bs = kafka_broker.bootstrap
+def _wait_until_paused_halfway(query, bs: str, out: str, markers: Path) -> set[str]:
+    """The values partition 0 of batch 0 wrote before pausing, once they are in the broker's log (inside the task's
+    open transaction)."""
+    wait_for(lambda: (markers / "paused").exists() or not query.isActive, 120, "batch 0 to be writing")
+    assert query.isActive, query.exception()
+    produced = set((markers / "paused").read_text().split())
+    wait_for(lambda: produced <= {v.decode() for _, _, v, _ in read_committed(bs, out, isolation="read_uncommitted")},
+             60, "the first half to reach the broker, inside the open transaction")
+    return produced
+
+
+def _topics_and_markers(spark, bs: str, tmp_path: Path) -> tuple[str, str, Path]:
+    """(source topic holding RECORDS records, empty output topic, markers directory) for a pausing query."""
     spark.dataSource.register(_PausingKafka)
     source, out = create_topic(bs, 2), create_topic(bs, 2)
     produce(bs, source, RECORDS, 2)
     markers = tmp_path / "markers"
     markers.mkdir()
+    return source, out, markers
+
+
+def test_a_broker_restart_during_a_spark_write_keeps_the_output_exactly_once(spark, kafka_broker, tmp_path):
+    bs = kafka_broker.bootstrap
+    source, out, markers = _topics_and_markers(spark, bs, tmp_path)
     # the open transaction outlives the restart (a slow restart that the broker's transaction timeout cuts short
     # fails the task with TransactionTimeoutError instead, which the branch below accepts too)
     sink = {"topic": out, "transactionalIdPrefix": unique("restart"), "kafka.transaction.timeout.ms": "120000",
@@ -107,12 +124,7 @@ def test_a_broker_restart_during_a_spark_write_keeps_the_output_exactly_once(spa
     query = _start(spark, bs, source, PAUSING_FORMAT, tmp_path / "ckpt", markers=str(markers), **sink)
     failure = None
     try:
-        wait_for(lambda: (markers / "paused").exists() or not query.isActive, 120, "batch 0 to be writing")
-        assert query.isActive, query.exception()
-        produced = set((markers / "paused").read_text().split())
-        wait_for(lambda: produced <= {v.decode() for _, _, v, _ in
-                                      read_committed(bs, out, isolation="read_uncommitted")},
-                 60, "the first half to reach the broker, inside the open transaction")
+        _wait_until_paused_halfway(query, bs, out, markers)
         kafka_broker.stop_node(0, kill=True)
         kafka_broker.start_node(0)
         (markers / "resume").write_text("go")
@@ -146,20 +158,11 @@ def test_a_query_stopped_mid_write_leaves_the_transaction_open_and_invisible_unt
     Spark may log that it "failed to abort") can end the transaction: it stays open until the restarted query's
     replay of the batch fences the transactional id, long before ``kafka.transaction.timeout.ms``."""
     bs = kafka_broker.bootstrap
-    spark.dataSource.register(_PausingKafka)
-    source, out = create_topic(bs, 2), create_topic(bs, 2)
-    produce(bs, source, RECORDS, 2)
-    markers = tmp_path / "markers"
-    markers.mkdir()
+    source, out, markers = _topics_and_markers(spark, bs, tmp_path)
     sink = {"topic": out, "transactionalIdPrefix": unique("stopped"), "kafka.transaction.timeout.ms": "600000"}
     query = _start(spark, bs, source, PAUSING_FORMAT, tmp_path / "ckpt", markers=str(markers), **sink)
     try:
-        wait_for(lambda: (markers / "paused").exists() or not query.isActive, 120, "batch 0 to be writing")
-        assert query.isActive, query.exception()
-        produced = set((markers / "paused").read_text().split())
-        wait_for(lambda: produced <= {v.decode() for _, _, v, _ in
-                                      read_committed(bs, out, isolation="read_uncommitted")},
-                 60, "the first half to reach the broker, inside the open transaction")
+        produced = _wait_until_paused_halfway(query, bs, out, markers)
     finally:
         query.stop()
     assert not (tmp_path / "ckpt" / "commits" / "0").exists()

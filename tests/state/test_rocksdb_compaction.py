@@ -142,9 +142,8 @@ EVERY_8_CALLS = SnapshotPolicy(max_changelogs=8, min_changelog_bytes=1 << 40)
 
 
 class WithoutCompactions(RocksDBOptions):
-    """No compaction runs: what a base uploads then depends only on which copy writes it. With compactions, whether
-    one finishes before a copy closes its database (and rewrites the files the next base would share) depends on
-    the machine's load."""
+    """No compaction runs: what a base uploads then depends only on which copy writes it, not on what compactions
+    made of a state that grows every batch."""
 
     def build(self) -> rocksdict.Options:
         options = super().build()
