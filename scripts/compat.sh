@@ -78,9 +78,10 @@ run_subset() {  # label python remote pure-python pytest-args...
     # SPARK_HOME is not set: local[...] masters write nothing below the installed pyspark package. A run's JVMs live
     # a few minutes, too short for the C2 compiler to pay: C1 only took the Spark 4.0 line from 152 s and about 225
     # core-seconds to 143 s and 200 (tests/short_lived_jvms.py does the same for the suite's short-lived JVMs).
+    local c1_only=-XX:TieredStopAtLevel=1 java_options=${JDK_JAVA_OPTIONS:-}
+    [[ " $java_options " == *" $c1_only "* ]] || java_options="${java_options:+$java_options }$c1_only"
     env PYSPARK_PYTHON="$python" PYSPARK_DRIVER_PYTHON="$python" PYTHONPATH="$PWD" \
-        KEYEDSTATE_TEST_SPARK_REMOTE="$remote" KEYEDSTATE_PURE_PYTHON="$pure" \
-        JDK_JAVA_OPTIONS="${JDK_JAVA_OPTIONS:+$JDK_JAVA_OPTIONS }-XX:TieredStopAtLevel=1" \
+        KEYEDSTATE_TEST_SPARK_REMOTE="$remote" KEYEDSTATE_PURE_PYTHON="$pure" JDK_JAVA_OPTIONS="$java_options" \
         "$python" -m pytest -q --durations=5 "$@"
     echo "== compat: $label passed in $((SECONDS - started)) s"
 }
