@@ -6,6 +6,7 @@ schema: distinct keys, 100-byte values, topic, partition, offset, timestamp, tim
 ``read`` only slices Arrow arrays built once per task, so it costs next to no Python time per record. What it still
 pays is what every Python data source pays in Spark: starting the stream-reader process per query, and the JVM
 turning the Arrow batches into rows. The gap between it and keyedstate-kafka is the cost of reading from Kafka.
+``maxOffsetsPerTrigger`` splits the records over micro-batches as keyedstate-kafka's option of that name does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from connectors.kafka.fetch import ARROW_SCHEMA
 from connectors.kafka.source import SCHEMA
@@ -31,14 +33,23 @@ class _Range(InputPartition):
         self.partition, self.start, self.end = partition, start, end
 
 
-class _FloorReader(DataSourceStreamReader):
-    def __init__(self, records: int) -> None:
+class _FloorReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, records: int, max_per_trigger: int | None) -> None:
         self.records = records
+        self.max_per_trigger = max_per_trigger
 
     def initialOffset(self) -> dict:
         return {"records": 0}
 
-    def latestOffset(self) -> dict:
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadAllAvailable() if self.max_per_trigger is None else ReadMaxRows(self.max_per_trigger)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass  # the records are fixed at creation: there is never more to come
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if isinstance(limit, ReadMaxRows):
+            return {"records": min(self.records, start["records"] + limit.max_rows)}
         return {"records": self.records}
 
     def partitions(self, start: dict, end: dict) -> list[_Range]:
@@ -71,7 +82,8 @@ class _FloorReader(DataSourceStreamReader):
 
 
 class PythonSourceFloor(DataSource):
-    """``spark.readStream.format("keyedstate-bench-floor").option("records", N)``: N records of Kafka's schema."""
+    """``spark.readStream.format("keyedstate-bench-floor").option("records", N)``: N records of Kafka's schema
+    (``maxOffsetsPerTrigger``: at most that many per micro-batch)."""
 
     @classmethod
     def name(cls) -> str:
@@ -81,4 +93,5 @@ class PythonSourceFloor(DataSource):
         return SCHEMA
 
     def streamReader(self, schema) -> _FloorReader:
-        return _FloorReader(int(self.options["records"]))
+        limit = self.options.get("maxOffsetsPerTrigger")
+        return _FloorReader(int(self.options["records"]), None if limit is None else int(limit))

@@ -198,6 +198,8 @@ def _variants(spark, broker: str, topic: str) -> dict:
         f"keyedstate-kafka, {BATCHES} batches": lambda: _count_through_spark(spark, "keyedstate-kafka",
                                                                             {**ours, **per_batch}),
         f"built-in, {BATCHES} batches": lambda: _count_through_spark(spark, "kafka", {**builtin, **per_batch}),
+        f"floor, {BATCHES} batches": lambda: _count_through_spark(spark, FLOOR_FORMAT, {"records": str(N),
+                                                                                      **per_batch}),
     }
     if not any(SPARK_JARS.glob("spark-sql-kafka-0-10_*.jar")):
         print("\nSpark's Kafka source could not be fetched (`bash scripts/kafka.sh fetch-spark`): the built-in "
@@ -218,6 +220,14 @@ def ratio_summary(rounds: list[dict]) -> dict:
                 if ratios:
                     out[f"vs {name}{suffix} [{label}]"] = {"median": round(statistics.median(ratios), 3),
                                                           "rounds": [round(x, 3) for x in ratios]}
+        # What reading from Kafka costs beyond Spark's hand-off of a Python source's rows (the floor's time in
+        # micro-batches, as many as ours), against the raw loop reading the same records.
+        floor = "floor" + suffix
+        ratios = [r["raw loop"]["trigger_s"] / (r[ours]["trigger_s"] - r[floor]["trigger_s"]) for r in rounds
+                  if ours in r and floor in r and "raw loop" in r and r[ours]["trigger_s"] > r[floor]["trigger_s"]]
+        if ratios:
+            out[f"vs raw loop{suffix}, the floor's time in micro-batches taken out [records/s]"] = {
+                "median": round(statistics.median(ratios), 3), "rounds": [round(x, 3) for x in ratios]}
     return out
 
 
