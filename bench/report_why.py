@@ -11,9 +11,12 @@ WHY = {
               "(timers section) is the data-structure part.",
     "kafka": "Records/s through Spark count only the time in micro-batches, where keyedstate-kafka reads at about the "
              "raw loop's CPU cost per record on the two cores the JVM also needs (bench/PROFILE-kafka.md). The "
-             "four-batch variant adds Spark's fixed cost per micro-batch and each read task's first fetch. A miss "
-             "of a few percent is within the machine's drift even with interleaved rounds (see the per-round ratios "
-             "in the Kafka section); a larger one means the reader's cost per record or per task grew.",
+             "four-batch variant adds Spark's fixed cost per micro-batch and each read task's first fetch. Where "
+             "the run measured the floor in four micro-batches too, the ratios with the floor's time taken out say "
+             "how much of that is Spark's hand-off of a Python source's rows: above 1, keyedstate-kafka's time "
+             "beyond the floor's is below the raw loop's. A miss of a few percent is within the machine's drift "
+             "even with interleaved rounds (see the per-round ratios in the Kafka section); a larger one means the "
+             "reader's cost per record or per task grew.",
     "kafka_sink": "Both cores are saturated while a query writes, so records/s follow CPU per record. Before any "
                   "record is produced, Spark's Arrow hand-off to the Python worker costs about as much CPU as the "
                   "built-in sink's whole write once its JIT is warm; on top come librdkafka's per-record work and "
