@@ -16,9 +16,22 @@ invariant:
   part of the column (and by :meth:`ColumnTimerQueue.flush_deletes`, which the service calls after every advance
   and before every snapshot).
 
-So memory is O(key groups x cache_capacity) however many timers there are: restoring a million timers reads only
-the heads. The number of timers is known exactly while it was counted once (one scan of the key group, done lazily
-on the first :meth:`__len__`) and kept up to date afterwards with a point lookup per uncached register / delete.
+While the cache holds every timer of the key group (``complete``), it keeps holding all of them as they are added,
+up to ``COMPLETE_GROWTH`` times its capacity (then it keeps the smallest ``cache_capacity`` again): a key group that
+starts empty (its first call in RocksDB mode, a job catching up on a backlog) registers and deletes without a single
+read of the column, where a full cache would look up every register and delete beyond it. A pop from such a grown
+cache first shrinks it to ``cache_capacity``, so firing pops from a short list and reads the column in batches.
+
+A queue told its key group starts with no timers at all (:meth:`ColumnTimerQueue.defer_writes`: RocksDB mode's first
+call of a key group, whose database is new) does not even write through: its timers stay in the grown cache and reach
+the column in one batch at its first :meth:`~ColumnTimerQueue.flush_deletes` (the service's flush after every advance
+and before every snapshot, so before the key group's changes are taken), its first pop, or when the cache outgrows
+its limit. Registering a timer then costs a list insert, as on the heap.
+
+So memory is O(key groups x cache_capacity) however many timers there are (a grown cache only holds timers added
+since the key group was empty): restoring a million timers reads only the heads. The number of timers is known
+exactly while it was counted once (one scan of the key group, done lazily on the first :meth:`__len__`) and kept up
+to date afterwards with a point lookup per uncached register / delete.
 """
 
 from __future__ import annotations
@@ -36,17 +49,22 @@ __all__ = ["ColumnTimerQueue", "DEFAULT_CACHE_CAPACITY"]
 DEFAULT_CACHE_CAPACITY = 128
 """Timers cached per key group and domain (Flink's default for the RocksDB timer cache is 128 as well)."""
 
+COMPLETE_GROWTH = 64
+"""How far a cache holding every timer of its key group grows, in multiples of its capacity (8,192 timers, about
+1 MB, at the default): the list insert and delete stay a short memmove at that size."""
+
 
 class ColumnTimerQueue:
     """The timers of one key group in one time domain, written through to ``column``."""
 
-    __slots__ = ("column", "key_group", "capacity", "cache", "complete", "count", "_start", "_end", "_prefixes",
-                 "_resume", "_pending_first", "_pending_last", "_pending")
+    __slots__ = ("column", "key_group", "capacity", "complete_capacity", "cache", "complete", "count", "_start",
+                 "_end", "_prefixes", "_resume", "_pending_first", "_pending_last", "_pending", "_unwritten")
 
     def __init__(self, column: RawColumn, key_group: int, cache_capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
         self.column = column
         self.key_group = key_group
         self.capacity = max(1, cache_capacity)
+        self.complete_capacity = self.capacity * COMPLETE_GROWTH
         self.cache: list[InternalTimer] = []
         self.complete = False  # unknown until the first refill
         self.count: Optional[int] = None  # None: not counted yet
@@ -63,9 +81,32 @@ class ColumnTimerQueue:
         self._pending = 0
         self._pending_first = b""
         self._pending_last = b""
+        self._unwritten = False  # the cache holds timers not written to the column yet (defer_writes)
 
-    def flush_deletes(self) -> bool:
-        """Delete the fired timers whose deletes were deferred from the column; whether there were any."""
+    def defer_writes(self) -> None:
+        """Keep new timers in the cache only; the next flush, pop or iteration writes them all.
+
+        The caller knows that the key group has no timer in the column (see the module docstring)."""
+        if self.cache or self._pending:
+            raise ValueError(f"key group {self.key_group} has timers: only a queue that starts empty defers writes")
+        self.complete, self.count, self._unwritten = True, 0, True
+
+    def _write_cached(self) -> bool:
+        """Write the timers the cache holds back; whether there were any."""
+        self._unwritten = False
+        if self.cache:
+            self.column.put_many(encode_record(timer) for timer in self.cache)
+            return True
+        return False
+
+    def flush_deletes(self, write_deferred: bool = True) -> bool:
+        """Issue the deferred deletes of fired timers (and deferred writes); whether there were any.
+
+        The timers whose writes were deferred (:meth:`defer_writes`) are written only with ``write_deferred``: by the
+        flush before a snapshot; the one after an advance has only the fired timers' deletes to issue, and a pop
+        writes them."""
+        if self._unwritten:
+            return self._write_cached() if write_deferred else False
         pending = self._pending
         if pending:
             self._pending = 0
@@ -103,11 +144,14 @@ class ColumnTimerQueue:
             i = bisect_left(cache, timer)
             if i < len(cache) and cache[i] == timer:
                 return False
-            key, value = encode_record(timer)
-            self.column.put(key, value)
+            if not self._unwritten:
+                key, value = encode_record(timer)
+                self.column.put(key, value)
             cache.insert(i, timer)
-            if len(cache) > self.capacity:
-                cache.pop()
+            if len(cache) > (self.complete_capacity if self.complete else self.capacity):
+                if self._unwritten:
+                    self._write_cached()
+                del cache[self.capacity:]
                 self.complete = False
             if self.count is not None:
                 self.count += 1
@@ -127,6 +171,10 @@ class ColumnTimerQueue:
         i = bisect_left(cache, timer)
         if i < len(cache) and cache[i] == timer:
             del cache[i]
+            if self._unwritten:  # never written: nothing to delete
+                if self.count is not None:
+                    self.count -= 1
+                return True
             key = encode_record_key(timer)
             self.column.delete(key)
             if not cache:
@@ -184,7 +232,12 @@ class ColumnTimerQueue:
         timer = self.peek()
         if timer is None:
             return None
+        if self._unwritten:
+            self._write_cached()  # then as always: the pops' deletes are deferred and coalesced
         cache = self.cache
+        if len(cache) > self.capacity:  # grown while complete: fire from a short list (see the module docstring)
+            del cache[self.capacity:]
+            self.complete = False
         del cache[0]
         key = encode_record_key(timer)
         if not self._pending:
@@ -204,6 +257,7 @@ class ColumnTimerQueue:
 
     def clear(self) -> None:
         self._pending = 0
+        self._unwritten = False
         self.column.delete_range(self._start, self._end)
         self.cache = []
         self._resume = None

@@ -263,7 +263,7 @@ class InternalTimerService:
         finally:
             steps.close()  # after a callback raised, the queue takes back the due timers it has not fired
             if self.storage is TimerStorage.ROCKSDB:
-                domain.flush()  # the deferred deletes of the fired timers
+                domain.flush(write_deferred=False)  # the deferred deletes of the fired timers
         return fired
 
     def _domain(self, domain: TimeDomain) -> TimeDomainQueue:
@@ -318,18 +318,22 @@ class InternalTimerService:
         self._processing.queue.replace_key_group(blob_group, processing_timers)
         return blob_group
 
-    def reload_key_group(self, key_group: int, counts: Optional[tuple[int, int]] = None) -> None:
+    def reload_key_group(self, key_group: int, counts: Optional[tuple[int, int]] = None, new: bool = False) -> None:
         """Forget what is cached of ``key_group``'s timers and read their heads again from the raw columns: the
         backend's database changed under the service (RocksDB storage only; heap timers live in the queues).
         ``counts``: the (event-time, processing-time) numbers of timers the database holds, when the caller knows
-        them (:meth:`counted_timers` of an earlier call), so counting them needs no scan."""
+        them (:meth:`counted_timers` of an earlier call), so counting them needs no scan. ``new``: the database holds
+        no timer of the key group because it holds nothing (RocksDB mode's first call of a key group): its timers
+        are written to the columns at the next flush, not one by one (``ColumnTimerQueue.defer_writes``)."""
         if self.storage is not TimerStorage.ROCKSDB:
             raise ConfigurationError("reload_key_group needs RocksDB timer storage; heap timers are not re-read")
         self._check_owned(key_group)
         for domain, count in zip((self._event, self._processing), counts or (None, None)):
             domain.queue.forget(key_group)
             queue = domain.queue.queue(key_group)
-            if count is not None:
+            if new:
+                queue.defer_writes()
+            elif count is not None:
                 queue.count = count
 
     def counted_timers(self, key_group: int) -> Optional[tuple[int, int]]:

@@ -103,14 +103,16 @@ class TimeDomainQueue:
             self.queue.queue(key_group)
             key_group += 1
 
-    def flush(self) -> int:
+    def flush(self, write_deferred: bool = True) -> int:
         """Bring the raw column up to date; return how many key groups were written.
 
         Heap storage: write the key groups changed since the last flush. RocksDB storage: issue the deferred deletes
-        of fired timers. Runs in the backend's pre-snapshot hook and (RocksDB) after every advance.
+        of fired timers and, with ``write_deferred``, the deferred writes of new key groups
+        (``ColumnTimerQueue.defer_writes``). Runs in the backend's pre-snapshot hook and (RocksDB, without
+        ``write_deferred``) after every advance.
         """
         if self.storage is not TimerStorage.HEAP:
-            return sum(queue.flush_deletes() for queue in self.queue.queues.values())
+            return sum(queue.flush_deletes(write_deferred) for queue in self.queue.queues.values())
         column = self.column
         flushed = 0
         for key_group, queue in self.queue.queues.items():

@@ -9,6 +9,8 @@ typedef struct {
     PyObject *prefix;      /* the prefix stored_key was built from (held, so its identity stays unique) or NULL */
     PyObject *stored_key;  /* prefix + namespace, or NULL */
     PyObject *exact_types; /* container of types stored without a check, or None when every value is accepted */
+    PyObject *tuple_items; /* container: a tuple whose items' types are all in it is stored without a check too; or
+                              None (the default) */
     PyObject *slow_value;  /* callable(): the Python value() */
     PyObject *slow_update; /* callable(value): the Python update() */
 } HeapValueAccess;
@@ -23,6 +25,7 @@ access_traverse(HeapValueAccess *self, visitproc visit, void *arg)
     Py_VISIT(self->prefix);
     Py_VISIT(self->stored_key);
     Py_VISIT(self->exact_types);
+    Py_VISIT(self->tuple_items);
     Py_VISIT(self->slow_value);
     Py_VISIT(self->slow_update);
     return 0;
@@ -38,6 +41,7 @@ access_clear(HeapValueAccess *self)
     Py_CLEAR(self->prefix);
     Py_CLEAR(self->stored_key);
     Py_CLEAR(self->exact_types);
+    Py_CLEAR(self->tuple_items);
     Py_CLEAR(self->slow_value);
     Py_CLEAR(self->slow_update);
     return 0;
@@ -55,11 +59,12 @@ static int
 access_init(HeapValueAccess *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"entries", "backend", "prefix_field", "namespace", "exact_types", "slow_value",
-                               "slow_update", NULL};
+                               "slow_update", "tuple_items", NULL};
     PyObject *entries, *backend, *prefix_field, *namespace, *exact_types, *slow_value, *slow_update;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO!OOO:HeapValueAccess", keywords, &PyDict_Type, &entries,
+    PyObject *tuple_items = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOO!OOO|O:HeapValueAccess", keywords, &PyDict_Type, &entries,
                                      &backend, &prefix_field, &PyBytes_Type, &namespace, &exact_types, &slow_value,
-                                     &slow_update)) {
+                                     &slow_update, &tuple_items)) {
         return -1;
     }
     prefix_field = attribute_name(prefix_field, backend, "HeapValueAccess");
@@ -71,6 +76,7 @@ access_init(HeapValueAccess *self, PyObject *args, PyObject *kwargs)
     Py_XSETREF(self->backend, Py_NewRef(backend));
     Py_XSETREF(self->namespace, Py_NewRef(namespace));
     Py_XSETREF(self->exact_types, Py_NewRef(exact_types));
+    Py_XSETREF(self->tuple_items, Py_NewRef(tuple_items));
     Py_XSETREF(self->slow_value, Py_NewRef(slow_value));
     Py_XSETREF(self->slow_update, Py_NewRef(slow_update));
     Py_CLEAR(self->prefix);
@@ -147,6 +153,15 @@ access_update(HeapValueAccess *self, PyObject *value)
         int exact = PySequence_Contains(self->exact_types, (PyObject *)Py_TYPE(value));
         if (exact < 0) {
             return NULL;
+        }
+        if (!exact && self->tuple_items != Py_None && PyTuple_CheckExact(value)) {
+            exact = 1;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(value) && exact == 1; i++) {
+                exact = PySequence_Contains(self->tuple_items, (PyObject *)Py_TYPE(PyTuple_GET_ITEM(value, i)));
+            }
+            if (exact < 0) {
+                return NULL;
+            }
         }
         if (!exact) {
             return PyObject_CallOneArg(self->slow_update, value);

@@ -14,6 +14,7 @@ import datetime as _dt
 import decimal
 import pickle
 import struct
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -176,16 +177,13 @@ class DefaultValueCodec:
         )
 
 
-def _pickle_unchecked(value: Any) -> bytes:
-    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
-
-
 class PickleValueCodec:
     """Plain pickle (highest protocol): PyFlink's ``Types.PICKLED_BYTE_ARRAY()``."""
 
     name = "pickle"
-    #: serialize() without the descriptive error: for bulk paths, which redo a failed batch through serialize()
-    bulk_serialize = staticmethod(_pickle_unchecked)
+    #: serialize() without the descriptive error, a C call (no Python frame): for hot and bulk paths, which redo a
+    #: failed value through serialize()
+    bulk_serialize = partial(pickle.dumps, protocol=pickle.HIGHEST_PROTOCOL)
 
     def serialize(self, value: Any) -> bytes:
         return _pickle(value)

@@ -162,6 +162,51 @@ def test_a_kept_database_lost_with_its_lock_file_is_dropped_and_the_path_opened_
         path, tmp_path / "local")  # only the kept database's handle is left
 
 
+class CountsFlaggedUsersOnly(KeyedProcessFunction):
+    """Keeps state for a few keys only, as a function that remembers the cards it flagged: most key groups never
+    store anything."""
+
+    def open(self, runtime_context):
+        self.count = runtime_context.get_state(ValueStateDescriptor("count", Types.LONG()))
+
+    def process_element(self, value, ctx):
+        user = ctx.get_current_key()
+        if user.startswith("flagged"):
+            count = (self.count.value() or 0) + 1
+            self.count.update(count)
+            yield user, count
+        else:
+            yield user, 0
+
+
+def test_a_key_group_that_stores_nothing_keeps_one_database_open_instead_of_a_new_one_per_call(worker, tmp_path):
+    function, state = worker(reuse=True, function=CountsFlaggedUsersOnly()), FakeGroupState()
+    assert call(function, ["a", "b"], state) == [("a", 0), ("b", 0)]
+    assert not state.exists  # no state, so no version and no row
+    path = database_path(tmp_path)
+    assert len(open_databases_of(_local_of(tmp_path))) == 1
+    identity = os.stat(path).st_ino, sorted(os.listdir(path))  # a new database: a new directory, a new MANIFEST
+    for _ in range(3):
+        assert call(function, ["c"], state) == [("c", 0)] and not state.exists
+    assert (os.stat(path).st_ino, sorted(os.listdir(path))) == identity  # the same database, never reopened
+    assert call(function, ["flagged-1", "d"], state) == [("d", 0), ("flagged-1", 1)]
+    assert state.exists
+    assert call(function, ["flagged-1"], state) == [("flagged-1", 2)]
+
+
+def test_a_database_kept_after_storing_nothing_serves_no_key_group_that_has_state_and_the_other_way_round(
+        worker, tmp_path):
+    """Two histories of one key group through one worker (as a retried batch, or a query restarted from an earlier
+    checkpoint, would have): the database of one is never taken for the other's."""
+    function = worker(reuse=True, function=CountsFlaggedUsersOnly())
+    without_state, with_state = FakeGroupState(), FakeGroupState()
+    assert call(function, ["a"], without_state) == [("a", 0)]  # kept, having stored nothing
+    assert call(function, ["flagged-1"], with_state) == [("flagged-1", 1)]  # takes it: there is nothing to see
+    assert call(function, ["a"], without_state) == [("a", 0)]  # not the database holding flagged-1's count...
+    assert call(function, ["flagged-1"], without_state) == [("flagged-1", 1)]
+    assert call(function, ["flagged-1"], with_state) == [("flagged-1", 2)]  # ...and this one rebuilt from storage
+
+
 def changelog_cache(tmp_path):
     """The directory of the key group's changelogs written on this machine (keyedstate.spark.local_changelogs)."""
     return next((tmp_path / "local").glob(f"*/*/kg-{KEY_GROUP:05d}.changelogs"))

@@ -10,6 +10,7 @@ import pytest
 
 from keyedstate.checkpoint.manifest import FileEntry
 from keyedstate.errors import SnapshotCorruptedError
+from keyedstate.state.rocksdb import version_record
 from keyedstate.state.rocksdb.version_record import BRIDGE_LENGTH, VersionRecord
 
 
@@ -85,7 +86,16 @@ def test_a_chain_that_started_from_no_state_bridges_from_its_changelogs():
                                     VersionRecord("x", None, None, 0, (changelog(1, "x"),), origin="bootstrap-1")],
                          ids=["chain", "with-bridge", "with-origin"])
 def test_a_record_survives_its_byte_form(record):
-    assert VersionRecord.from_bytes(record.to_bytes()) == record
+    data = record.to_bytes()
+    version_record._RECENT.clear()  # decode the bytes, not the record remembered when they were encoded
+    decoded = VersionRecord.from_bytes(data)
+    assert decoded == record and decoded is not record
+
+
+def test_the_record_a_call_encoded_is_not_decoded_again_by_the_next_call():
+    record = next_base(chain(3), 4)
+    assert VersionRecord.from_bytes(record.to_bytes()) is record
+    assert len(version_record._RECENT) <= version_record._RECENT_LIMIT
 
 
 def test_a_record_without_bridge_or_origin_keeps_the_nine_fields_it_always_had():

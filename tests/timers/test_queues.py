@@ -11,6 +11,7 @@ from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
 from keyedstate.state.heap.stores import HeapRawColumn
 from timers import ColumnTimerQueue, HeapTimerQueue, KeyGroupPartitionedTimerQueue, make_timer
 from timers.codec import decode_record, encode_record
+from timers.column_queue import COMPLETE_GROWTH
 
 NAMESPACES = [VOID_NAMESPACE, encode_key("w1")]
 
@@ -106,7 +107,7 @@ def test_column_queue_matches_a_model_and_writes_through(column, seed, capacity)
     queue = ColumnTimerQueue(column, 3, capacity)
     model = set()
     _exercise(queue, model, random.Random(seed), 1500)
-    assert len(queue.cache) <= capacity
+    assert len(queue.cache) <= (capacity * COMPLETE_GROWTH if queue.complete else capacity)
     queue.flush_deletes()  # deletes of popped timers may be deferred (coalesced into range deletes)
     stored = sorted(decode_record(k, v) for k, v in column.items())
     assert stored == sorted(model)  # the column holds exactly the live timers
@@ -114,6 +115,71 @@ def test_column_queue_matches_a_model_and_writes_through(column, seed, capacity)
     reopened = ColumnTimerQueue(column, 3, capacity)
     assert list(reopened) == sorted(model) and len(reopened) == len(model)
     assert [reopened.pop() for _ in range(len(model))] == sorted(model) and reopened.pop() is None
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("capacity", [1, 3, 16])
+def test_a_queue_deferring_its_writes_matches_the_model_and_leaves_the_column_as_writing_through_does(
+        column, seed, capacity):
+    queue = ColumnTimerQueue(column, 3, capacity)
+    queue.peek()
+    queue.defer_writes()
+    model = set()
+    _exercise(queue, model, random.Random(seed), 1500)
+    queue.flush_deletes()
+    assert sorted(decode_record(k, v) for k, v in column.items()) == sorted(model)
+    reopened = ColumnTimerQueue(column, 3, capacity)
+    assert list(reopened) == sorted(model) and len(reopened) == len(model)
+
+
+def test_a_key_group_known_to_start_empty_writes_its_timers_in_one_batch_at_the_flush(column):
+    queue = ColumnTimerQueue(column, 3, 4)
+    queue.peek()
+    queue.defer_writes()
+    for i in range(40):
+        queue.add(timer(1_000 + i, f"k{i}"))
+        queue.remove_many([timer(2_000 + i, f"k{i}")])  # never registered
+        if i % 2:
+            assert queue.remove(timer(1_000 + i - 1, f"k{i - 1}")) is True
+    assert list(column.items()) == []  # nothing written yet
+    assert len(queue) == 20 and queue.peek() == timer(1_001, "k1")
+    assert queue.flush_deletes() is True
+    kept = [timer(1_000 + i, f"k{i}") for i in range(1, 40, 2)]
+    assert sorted(decode_record(k, v) for k, v in column.items()) == kept
+    queue.add(timer(999, "late"))  # written through from now on
+    assert decode_record(*next(iter(column.items()))) == timer(999, "late")
+
+
+def test_a_pop_or_outgrowing_the_cache_writes_the_deferred_timers_first(column):
+    popped = ColumnTimerQueue(column, 3, 2)
+    popped.peek()
+    popped.defer_writes()
+    timers = [timer(i, f"k{i}") for i in range(10)]
+    for t in timers:
+        popped.add(t)
+    assert popped.pop() == timers[0]
+    popped.flush_deletes()
+    assert sorted(decode_record(k, v) for k, v in column.items()) == timers[1:]
+    assert [popped.pop() for _ in range(9)] == timers[1:]
+    popped.flush_deletes()
+    assert list(column.items()) == []
+
+    grown = ColumnTimerQueue(column, 3, 2)
+    grown.peek()
+    grown.defer_writes()
+    many = [timer(i, f"k{i}") for i in range(2 * COMPLETE_GROWTH + 1)]
+    for t in many:
+        grown.add(t)
+    assert not grown.complete and len(grown.cache) == 2
+    assert sorted(decode_record(k, v) for k, v in column.items()) == many  # all written before the cache shrank
+    assert len(grown) == len(many)
+
+
+def test_only_a_queue_without_timers_defers_its_writes(column):
+    queue = ColumnTimerQueue(column, 3, 4)
+    queue.add(timer(1, "a"))
+    with pytest.raises(ValueError, match="starts empty"):
+        queue.defer_writes()
 
 
 def test_column_queue_coalesces_the_deletes_of_consecutive_pops(column):
@@ -145,6 +211,69 @@ def test_column_queue_loads_only_its_head_cache(column):
     assert len(queue) == 1000
     assert [queue.pop().timestamp for _ in range(10)] == list(range(10))
     assert len(queue.cache) <= 8
+
+
+class CountingReads:
+    """A real column that counts the reads made through it."""
+
+    def __init__(self, column):
+        self.column = column
+        self.reads = 0
+
+    def get(self, key):
+        self.reads += 1
+        return self.column.get(key)
+
+    def get_many(self, keys):
+        self.reads += 1
+        return self.column.get_many(keys)
+
+    def __getattr__(self, name):
+        return getattr(self.column, name)
+
+
+def test_a_key_group_that_starts_empty_registers_and_deletes_without_reading_its_column(column):
+    """Its cache keeps every timer while it holds them all (the first call of a key group, a backlog caught up): a
+    key that deletes the timer of its previous element and registers the next one costs no lookup."""
+    counting = CountingReads(column)
+    queue = ColumnTimerQueue(counting, 3, 4)
+    assert queue.peek() is None and queue.complete  # the one scan, of an empty column
+    counting.reads = 0
+    for i in range(50):
+        queue.add(timer(1_000 + i, f"k{i}"))
+        queue.remove_many([timer(2_000 + i, f"k{i}"), timer(2_001 + i, f"k{i}")])  # never registered
+        queue.remove(timer(1_000 + i - 1, f"k{i - 1}") if i % 2 else timer(9_999, "never"))
+    assert counting.reads == 0
+    assert queue.complete and len(queue.cache) == len(queue) == 25
+    kept = sorted(timer(1_000 + i, f"k{i}") for i in range(50) if i % 2 or i == 49)
+    assert sorted(decode_record(k, v) for k, v in column.items()) == kept  # written through all along
+
+
+def test_a_grown_cache_fires_in_order_from_a_short_list_and_reads_the_column_in_batches(column):
+    queue = ColumnTimerQueue(column, 3, 4)
+    timers = [timer(5_000 - i, f"k{i}") for i in range(30)]
+    for t in timers:
+        queue.add(t)
+    assert len(queue.cache) == 30 and queue.complete
+    assert queue.pop() == min(timers)
+    assert len(queue.cache) == 3 and not queue.complete  # shrunk to its capacity, the rest stays in the column
+    assert [queue.pop() for _ in range(29)] == sorted(timers)[1:] and queue.pop() is None
+    queue.flush_deletes()
+    assert list(column.items()) == []
+
+
+def test_past_its_growth_limit_the_cache_keeps_the_smallest_timers_and_looks_the_rest_up(column):
+    counting = CountingReads(column)
+    queue = ColumnTimerQueue(counting, 3, 2)
+    limit = 2 * COMPLETE_GROWTH
+    timers = [timer(i, f"k{i}") for i in range(limit + 1)]
+    for t in reversed(timers):
+        queue.add(t)
+    assert not queue.complete and queue.cache == timers[:2]
+    counting.reads = 0
+    assert queue.remove(timers[-1]) is True and counting.reads == 1  # beyond the cache: only the column knows
+    assert len(queue) == limit
+    assert [queue.pop() for _ in range(limit)] == timers[:-1]
 
 
 @pytest.mark.parametrize("storage", ["heap", "column"])

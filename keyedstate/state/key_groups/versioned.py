@@ -56,6 +56,12 @@ __all__ = ["RocksDBKeyGroupStore", "CallStatus", "KeyGroupCall", "LocalCopy", "L
 
 logger = logging.getLogger("keyedstate.spark.rocksdb")
 
+EMPTY_TAG = "(stored nothing)"
+"""The tag of a database kept open after a call of a key group without state that stored nothing either (no row,
+no version): the next such call takes it as it is, instead of a new database per call (a function that keeps state
+for a few keys leaves most key groups without any). Never a version's tag, never written to disk."""
+
+
 def committed_version(group_state: Any, num_key_groups: int) -> Optional[VersionRecord]:
     """The version the group's committed row names (None before the first)."""
     row = committed_row(group_state, num_key_groups, ROCKSDB)
@@ -212,7 +218,7 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             if timer_service is not None:  # None: the caller keeps the key group's timers (the harness)
                 known = (0, 0) if call.record is None else read_timer_counts(call.copy.timer_counts,
                                                                              call.record.tag)
-                timer_service.reload_key_group(key_group, known)
+                timer_service.reload_key_group(key_group, known, new=call.record is None)
         except BaseException:
             call.advance(CallStatus.FAILED)
             raise
@@ -235,8 +241,11 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             return False
         missed: Optional[list] = None
         if copy.intact:
-            current = call.record is not None and copy.tag == call.record.tag
-            missed = [] if current else self._missed_changelogs(call, copy.tag, batch_id)
+            if call.record is None:
+                missed = [] if copy.tag == EMPTY_TAG else None
+            else:
+                current = copy.tag == call.record.tag
+                missed = [] if current else self._missed_changelogs(call, copy.tag, batch_id)
         if missed is None:
             self.copies.discard(copy)  # a failed attempt's writes, or a version that was not committed
             copy.kept, copy.tag, copy.handle = None, None, ""
@@ -343,10 +352,11 @@ class RocksDBKeyGroupStore(KeyGroupStore):
             tag = call.tag if saved else None
             if tag is not None and counts is not None and copy.timer_counts:
                 write_timer_counts(copy.timer_counts, tag, counts)
-            if tag is not None and copy.keepable:
+            kept_tag = tag if tag is not None else EMPTY_TAG if saved else None
+            if kept_tag is not None and copy.keepable:
                 self.databases.start_recording()  # a database opened empty: its whole content is stored already
                 database = self.databases.detach_key_group()
-                if self.copies.keep(copy, database, tag):
+                if self.copies.keep(copy, database, kept_tag):
                     return
                 database.close()  # another process waits for it
             else:

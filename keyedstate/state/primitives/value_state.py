@@ -10,7 +10,7 @@ variant stores ``(value, last_access)`` through the store's methods.
 from __future__ import annotations
 
 from types import MethodType
-from typing import Any
+from typing import Any, Optional
 
 from keyedstate.fastpath import fastpath
 from keyedstate.state.base.key_context import KEY_PREFIX_FIELD
@@ -112,11 +112,69 @@ class CompiledValueState(ValueState):
 
 class MemoValueState(ValueState):
     """A :class:`ValueState` over a :class:`~keyedstate.state.base.stores.MemoValueAccess` that encodes its entries
-    (``encode``, ``decode`` not None): a run of one key's elements reads the entries at most once, writes them once."""
+    (``encode``, ``decode`` not None): a run of one key's elements reads the entries at most once, writes them once.
 
-    __slots__ = ()
+    While its store holds a database that started empty (a key group's first call in RocksDB mode), the store may
+    lend it a dict of the values written so far instead (:meth:`start_bulk`): ``value()`` and ``update()`` are then
+    the compiled ones of :class:`CompiledValueState` over that dict, for values that no later mutation can change
+    (the store encodes and writes them all at once when anything else needs its entries, see
+    ``RocksDBValueStore.end_bulk``); any other call ends it first. Without the compiled fast path there is no bulk
+    mode: the memo path below is its declared twin (``tests/state/test_bulk_value_state.py`` runs the two side by
+    side)."""
 
-    def value(self) -> Any:
+    __slots__ = ("value", "update", "_bulk")  # instance attributes holding the calls in use shadow the methods
+
+    def __init__(self, descriptor: StateDescriptor, codec: EntryCodec, store: Any, backend: Any) -> None:
+        super().__init__(descriptor, codec, store, backend)
+        self._bulk: Any = None
+        self._use_memo()
+        attach = getattr(store, "attach_state", None)
+        if attach is not None:
+            attach(self)
+
+    def _use_memo(self) -> None:
+        self.value = MethodType(MemoValueState._memo_value, self)  # type: ignore[method-assign]
+        self.update = MethodType(MemoValueState._memo_update, self)  # type: ignore[method-assign]
+
+    @staticmethod
+    def can_bulk() -> bool:
+        """Whether :meth:`start_bulk` may be called: only with the compiled fast path."""
+        return fastpath is not None
+
+    def start_bulk(self, values: dict, exact_types: frozenset, tuple_items: Optional[frozenset]) -> None:
+        """Read and write ``values`` (stored key -> value, held as is) until :meth:`end_bulk`; ``exact_types``: the
+        types stored as they are, ``tuple_items``: the item types of tuples stored as they are (None: no tuple)."""
+        assert fastpath is not None
+        self._bulk = fastpath.HeapValueAccess(
+            entries=values, backend=self._backend, prefix_field=KEY_PREFIX_FIELD, namespace=self._namespace,
+            exact_types=exact_types, tuple_items=tuple_items,
+            slow_value=MethodType(MemoValueState._bulk_slow_value, self),
+            slow_update=MethodType(MemoValueState._bulk_slow_update, self),
+        )
+        self.value = self._bulk.value  # type: ignore[method-assign]
+        self.update = self._bulk.update  # type: ignore[method-assign]
+
+    def end_bulk(self) -> None:
+        if self._bulk is not None:
+            self._bulk = None
+            self._use_memo()
+
+    def _bulk_slow_value(self) -> Any:
+        self._store.end_bulk()  # no current key: the memo path raises NoKeyContextError
+        self.end_bulk()
+        return self.value()
+
+    def _bulk_slow_update(self, value: Any) -> None:
+        self._store.end_bulk()  # a clear, a value to check or to copy, no current key: the memo path does it all
+        self.end_bulk()
+        self.update(value)
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        ValueState.set_current_namespace(self, namespace)
+        if self._bulk is not None:
+            self._bulk.set_namespace(self._namespace)
+
+    def _memo_value(self) -> Any:
         store = self._store
         prefix = self._backend.key_prefix
         if prefix is not self._key_prefix:
@@ -161,7 +219,7 @@ class MemoValueState(ValueState):
             return value
         return store.get(self._namespace)  # raises StateTypeMismatchError
 
-    def update(self, value: Any) -> None:
+    def _memo_update(self, value: Any) -> None:
         if value is None:
             self._store.delete(self._namespace)
             return

@@ -51,13 +51,17 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
         """Open the database at ``path`` as it is on disk (the caller prepared it) and bind every state to it.
 
         Without ``record_changes`` (a database opened empty) :meth:`take_changes` returns the whole content
-        instead: cheaper than recording every write when everything is new anyway."""
+        instead: cheaper than recording every write when everything is new anyway; value states keep what they
+        write in dicts until anything else reads their column families (``RocksDBValueStore.start_bulk``)."""
         if self._attached:
             self.close_key_group()
         self.path = os.path.abspath(path)
         self.record_changes = record_changes
         self._open_database(reuse_existing=True)
         self._bound_to_database()
+        if not record_changes:
+            for store in self._value_stores:
+                store.start_bulk()  # the values of a new database: kept in dicts, written once (MemoValueState)
 
     def attach_key_group(self, database: RocksDatabase) -> None:
         """Bind every state to ``database``, an open database an earlier call detached (recording its writes)."""

@@ -1,15 +1,34 @@
 """The RocksDB store of value, reducing and aggregating state: one RocksDB key per (key, namespace), with the
-one-entry memo :class:`~keyedstate.state.primitives.value_state.MemoValueState` reads and writes directly."""
+one-entry memo :class:`~keyedstate.state.primitives.value_state.MemoValueState` reads and writes directly, and on a
+database that started empty the dict of values it lends that state instead (bulk mode)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
+from keyedstate.serialization.values import DefaultValueCodec, PickleValueCodec
 from keyedstate.state.base.layout import EntryCodec
 from keyedstate.state.base.stores import NOT_KEPT, ValueStore
 from keyedstate.state.rocksdb.column_family_store import ColumnFamilyStore
 
 __all__ = ["RocksDBValueStore"]
+
+
+# What no later mutation can change, and what the built-in codecs always encode (see RocksDBValueStore.start_bulk)
+_IMMUTABLE_SCALARS = frozenset((int, float, str, bytes, bool))
+
+
+def bulk_types(type_info: Any) -> Optional[tuple[frozenset, Optional[frozenset]]]:
+    """``(exact types, tuple item types)`` a bulk store keeps as they are for values of ``type_info``, or None when
+    it has no bulk mode: a serializer of the user's may refuse a value only when it encodes it, too late for the
+    ``update()`` that gave it."""
+    if type(type_info.serializer) not in (DefaultValueCodec, PickleValueCodec):
+        return None
+    accepts_any = type_info.accepts_any
+    accepted = type_info.exact_types
+    exact = frozenset(kind for kind in _IMMUTABLE_SCALARS if accepts_any or kind in accepted)
+    items = _IMMUTABLE_SCALARS | {type(None)} if accepts_any or tuple in accepted else None
+    return exact, items
 
 
 class RocksDBValueStore(ColumnFamilyStore, ValueStore):
@@ -20,25 +39,77 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
     Without TTL, reads call the descriptor's serializer and type check directly (``decode``, ``accepts``) and fall
     back to the codec (which builds the error messages) only when either fails, saving three Python calls per read
     and one per write.
+
+    Bulk mode (:meth:`start_bulk` to :meth:`end_bulk`, which :meth:`write_pending` and every method here call first):
+    ``bulk`` holds the values written since, as they are, and the attached states read and write it in C.
     """
 
-    __slots__ = ("decode", "encode", "accepts", "exact_types", "memo_key", "memo_value", "memo_data")
+    __slots__ = ("decode", "encode", "accepts", "exact_types", "memo_key", "memo_value", "memo_data", "bulk",
+                 "_bulk_types", "_states")
 
     def __init__(self, backend: Any, family_name: str, codec: EntryCodec, name: str) -> None:
+        self.bulk: Optional[dict[bytes, Any]] = None
+        self._states: list[Any] = []
         super().__init__(backend, family_name, codec, name)
         type_info = codec.descriptor.type_info
         self.decode = self._deserialize if codec.has_ttl else type_info.serializer.deserialize
-        self.encode = self._serialize if codec.has_ttl else type_info.serializer.serialize
+        self.encode = self._serialize if codec.has_ttl else codec.raw_serialize
         self.accepts = None if codec.has_ttl or type_info.accepts_any else type_info.accepts
         self.exact_types = type_info.exact_types
+        self._bulk_types = None if codec.has_ttl else bulk_types(type_info)
+
+    def attach_state(self, state: Any) -> None:
+        """Register a ``MemoValueState`` over this store: :meth:`start_bulk` lends it the bulk values."""
+        self._states.append(state)
+
+    def start_bulk(self) -> None:
+        """Keep the values written from now on in a dict, as they are, and read them from there (the family must be
+        empty: a value not in the dict is absent): see ``MemoValueState``. A store whose values a later mutation
+        could change, or whose codec could refuse one at writing, keeps its memo."""
+        if self._bulk_types is None or self.bulk is not None or not self._states or not all(
+                state.can_bulk() for state in self._states):
+            return
+        self.write_pending()
+        self.forget_memo()
+        self.bulk = {}
+        for state in self._states:
+            state.start_bulk(self.bulk, *self._bulk_types)
+
+    def end_bulk(self) -> None:
+        """Encode the bulk values and write them in one batch; the states use their memo path again."""
+        values = self.bulk
+        if values is None:
+            return
+        self.bulk = None
+        for state in self._states:
+            state.end_bulk()
+        if not values:
+            return
+        encode, handle = self.encode, self._handle
+        database = self._database
+        try:
+            batch = database.new_batch()
+            for key, value in values.items():
+                batch.put(key, encode(value), handle)
+            database.write(batch)
+        except Exception as error:
+            raise self._fail(error, "write") from error
 
     def bind(self, database: Any) -> None:
         self.forget_memo()  # a (re)bound store may face other data (a reset, another database)
+        self._drop_bulk()
         super().bind(database)
 
     def unbind(self, path: str) -> None:
         self.forget_memo()  # the backend wrote it already (write_pending) or is discarding the database
+        self._drop_bulk()
         super().unbind(path)
+
+    def _drop_bulk(self) -> None:
+        if self.bulk is not None:
+            self.bulk = None
+            for state in self._states:
+                state.end_bulk()
 
     def forget_memo(self) -> None:
         self.memo_key = None
@@ -46,7 +117,9 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
         self.memo_data = None
 
     def write_pending(self) -> None:
-        """Write the entry the fast path kept back, if any (the memo stays, now clean)."""
+        """Write the entries the fast paths kept back, if any (the memo stays, now clean; bulk mode ends)."""
+        if self.bulk is not None:
+            self.end_bulk()
         data = self.memo_data
         if data is not None:
             self.memo_data = None
@@ -57,6 +130,8 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
                 raise self._fail(error, "write") from error
 
     def get(self, namespace: bytes) -> Any:
+        if self.bulk is not None:
+            self.end_bulk()
         if self.memo_key is not None:
             self.write_pending()
             self.forget_memo()
@@ -79,6 +154,8 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
         return self._deserialize(data)  # raises StateTypeMismatchError naming the state and both types
 
     def put(self, namespace: bytes, entry: Any) -> None:
+        if self.bulk is not None:
+            self.end_bulk()
         if self.memo_key is not None:
             self.write_pending()
             self.forget_memo()
@@ -96,6 +173,8 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
             raise self._fail(error, "write") from error
 
     def delete(self, namespace: bytes) -> None:
+        if self.bulk is not None:
+            self.end_bulk()
         if self.memo_key is not None:
             self.write_pending()
             self.forget_memo()

@@ -10,6 +10,7 @@ record after :data:`BRIDGE_LENGTH` more changelogs, which bounds the record's si
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -106,10 +107,21 @@ class VersionRecord:
             fields.append(self.origin)
         if self.bridge:
             fields += [self.bridge_from, _entries(self.bridge)]
-        return msgpack.packb(fields, use_bin_type=True)
+        data = msgpack.packb(fields, use_bin_type=True)
+        _remember(data, self)
+        return data
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "VersionRecord":
+        known = _RECENT.get(data) if type(data) is bytes else None
+        if known is not None:
+            return known
+        record = cls._decode(data)
+        _remember(data, record)
+        return record
+
+    @classmethod
+    def _decode(cls, data: bytes) -> "VersionRecord":
         try:
             fields = msgpack.unpackb(data, raw=False)
             (version, tag, base, base_batch, base_bytes, directory, changelogs, retired, location) = fields[:9]
@@ -124,6 +136,21 @@ class VersionRecord:
                        str(location), str(origin), str(bridge_from), _from_entries(directory, bridge))
         except Exception as error:
             raise SnapshotCorruptedError(f"the key group's version record cannot be decoded ({error})") from error
+
+
+# The records last encoded or decoded, by their bytes: a key group's call decodes the record its previous call
+# encoded, most often in the same worker (a record names up to ~100 files, each a FileEntry to build). Records are
+# immutable, and the encoding is exact (``from_bytes(record.to_bytes()) == record``), so either direction may fill it.
+_RECENT: dict[bytes, VersionRecord] = {}
+_RECENT_LIMIT = 512
+_RECENT_LOCK = threading.Lock()  # eviction iterates the dict: one writer at a time (reads are single dict lookups)
+
+
+def _remember(data: bytes, record: VersionRecord) -> None:
+    with _RECENT_LOCK:
+        if len(_RECENT) >= _RECENT_LIMIT:
+            del _RECENT[next(iter(_RECENT))]
+        _RECENT[data] = record
 
 
 def _entries(entries: tuple[FileEntry, ...]) -> list[list]:

@@ -198,7 +198,7 @@ class KeyGroupVersions:
 
     def newest_batch(self) -> Optional[int]:
         """The newest batch that stored a file of this key group (None when it has none)."""
-        batches = [int(match.group(2)) for name, _, _ in self.storage.list_entries(self.directory)
+        batches = [int(match.group(2)) for name in self.storage.list_names(self.directory)
                    if (match := _FILE_NAME.match(name)) is not None]
         return max(batches, default=None)
 
@@ -323,10 +323,9 @@ class KeyGroupVersions:
         no remaining base names."""
         bridge_start = [int(match.group(2)) for entry in record.bridge[:1] if (match := _FILE_NAME.match(entry.name))]
         keep_from = min([record.base_batch or 0] + [batch for batch, _ in record.retired] + bridge_start)
-        names = self.storage.list_entries(self.directory)
         doomed: list[str] = []
         remaining_manifests: list[str] = []
-        for name, _is_dir, _ in names:
+        for name in self.storage.list_names(self.directory):
             match = _FILE_NAME.match(name)
             if match is None:
                 continue
