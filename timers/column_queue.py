@@ -24,9 +24,8 @@ cache first shrinks it to ``cache_capacity``, so firing pops from a short list a
 
 A queue told its key group starts with no timers at all (:meth:`ColumnTimerQueue.defer_writes`: RocksDB mode's first
 call of a key group, whose database is new) does not even write through: its timers stay in the grown cache and reach
-the column in one batch at its first :meth:`~ColumnTimerQueue.flush_deletes` (the service's flush after every advance
-and before every snapshot, so before the key group's changes are taken), its first pop, or when the cache outgrows
-its limit. Registering a timer then costs a list insert, as on the heap.
+the column in one batch at the service's flush before a snapshot (so before the key group's changes are taken), at
+its first pop, or when the cache outgrows its limit. Registering a timer then costs a list insert, as on the heap.
 
 So memory is O(key groups x cache_capacity) however many timers there are (a grown cache only holds timers added
 since the key group was empty): restoring a million timers reads only the heads. The number of timers is known

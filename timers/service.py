@@ -324,7 +324,7 @@ class InternalTimerService:
         ``counts``: the (event-time, processing-time) numbers of timers the database holds, when the caller knows
         them (:meth:`counted_timers` of an earlier call), so counting them needs no scan. ``new``: the database holds
         no timer of the key group because it holds nothing (RocksDB mode's first call of a key group): its timers
-        are written to the columns at the next flush, not one by one (``ColumnTimerQueue.defer_writes``)."""
+        reach the columns at the flush before a snapshot, not one by one (``ColumnTimerQueue.defer_writes``)."""
         if self.storage is not TimerStorage.ROCKSDB:
             raise ConfigurationError("reload_key_group needs RocksDB timer storage; heap timers are not re-read")
         self._check_owned(key_group)

@@ -23,12 +23,14 @@ import glob
 import logging
 import os
 import select
+import shutil
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
 from keyedstate.spark.local_databases import LocalDatabases, process_alive
+from keyedstate.state.key_groups.versioned import EMPTY_TAG
 from keyedstate.state.rocksdb.options import open_files_limits
 
 __all__ = ["OpenDatabases", "KeptDatabase", "KEEP_OPEN_SECONDS", "MAX_KEPT_DATABASES", "FILES_PER_DATABASE",
@@ -242,7 +244,9 @@ class OpenDatabases:
             return
         try:
             kept.database.close()
-            if os.path.isdir(path):
+            if kept.tag == EMPTY_TAG:  # no version to tag: as a call that stores nothing and closes leaves it
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.isdir(path):
                 self.local.write_tag(path, kept.tag)
         except Exception:  # a damaged or removed directory: without a tag the next call rebuilds it
             logger.warning("closing the kept local state database %s failed; it will be rebuilt from storage",

@@ -194,6 +194,15 @@ def test_a_key_group_that_stores_nothing_keeps_one_database_open_instead_of_a_ne
     assert call(function, ["flagged-1"], state) == [("flagged-1", 2)]
 
 
+def test_a_database_kept_after_storing_nothing_is_deleted_when_its_holder_closes_it(worker, tmp_path):
+    function, state = worker(reuse=True, function=CountsFlaggedUsersOnly()), FakeGroupState()
+    call(function, ["a"], state)
+    path = database_path(tmp_path)
+    open_databases_of(_local_of(tmp_path)).close_all()  # as after 20 s unused, or when another worker asks for it
+    assert not os.path.exists(path)  # no tag that no version has: nothing for another process to trust
+    assert call(function, ["flagged-1"], state) == [("flagged-1", 1)] and state.exists
+
+
 def test_a_database_kept_after_storing_nothing_serves_no_key_group_that_has_state_and_the_other_way_round(
         worker, tmp_path):
     """Two histories of one key group through one worker (as a retried batch, or a query restarted from an earlier

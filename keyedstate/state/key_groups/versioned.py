@@ -59,7 +59,8 @@ logger = logging.getLogger("keyedstate.spark.rocksdb")
 EMPTY_TAG = "(stored nothing)"
 """The tag of a database kept open after a call of a key group without state that stored nothing either (no row,
 no version): the next such call takes it as it is, instead of a new database per call (a function that keeps state
-for a few keys leaves most key groups without any). Never a version's tag, never written to disk."""
+for a few keys leaves most key groups without any). Never a version's tag, never written to disk: a holder that
+closes such a database deletes it, as a call that stores nothing and closes its database does."""
 
 
 def committed_version(group_state: Any, num_key_groups: int) -> Optional[VersionRecord]:
