@@ -13,13 +13,15 @@ from types import MethodType
 from typing import Any, Optional
 
 from keyedstate.fastpath import fastpath
+from keyedstate.serialization.values import DefaultValueCodec, PickleValueCodec
 from keyedstate.state.base.key_context import KEY_PREFIX_FIELD
 from keyedstate.state.base.layout import EntryCodec
 from keyedstate.state.base.stores import NOT_KEPT, MemoValueAccess
 from keyedstate.state.descriptors import StateDescriptor
 from keyedstate.state.primitives.base import State
 
-__all__ = ["ValueState", "CompiledValueState", "MemoValueState", "TtlValueState", "value_state_class"]
+__all__ = ["ValueState", "CompiledValueState", "MemoValueState", "TtlValueState", "value_state_class",
+           "bulk_value_types"]
 
 _NOTHING_STORED = object()  # never a prefix, not even None (no current key)
 
@@ -251,6 +253,18 @@ class MemoValueState(ValueState):
 
 # A value is handed out again from the memo only if no later mutation can show through: scalars, tuples of scalars.
 _IMMUTABLE_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
+
+
+def bulk_value_types(type_info: Any) -> Optional[tuple[frozenset, Optional[frozenset]]]:
+    """``(exact types, tuple item types)`` :meth:`MemoValueState.start_bulk` keeps as they are for values of
+    ``type_info`` (the immutable ones above that it accepts), or None when it has no bulk mode: a serializer of the
+    user's may refuse a value only when it encodes it, too late for the ``update()`` that gave it."""
+    if type(type_info.serializer) not in (DefaultValueCodec, PickleValueCodec):
+        return None
+    accepts_any = type_info.accepts_any
+    exact = frozenset(kind for kind in _IMMUTABLE_SCALARS if accepts_any or kind in type_info.exact_types)
+    items = _IMMUTABLE_SCALARS if accepts_any or tuple in type_info.exact_types else None
+    return exact, items
 
 
 def value_state_class(store: Any) -> type[ValueState]:

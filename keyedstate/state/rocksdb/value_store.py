@@ -6,29 +6,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from keyedstate.serialization.values import DefaultValueCodec, PickleValueCodec
 from keyedstate.state.base.layout import EntryCodec
 from keyedstate.state.base.stores import NOT_KEPT, ValueStore
+from keyedstate.state.primitives.value_state import bulk_value_types
 from keyedstate.state.rocksdb.column_family_store import ColumnFamilyStore
 
 __all__ = ["RocksDBValueStore"]
-
-
-# What no later mutation can change, and what the built-in codecs always encode (see RocksDBValueStore.start_bulk)
-_IMMUTABLE_SCALARS = frozenset((int, float, str, bytes, bool))
-
-
-def bulk_types(type_info: Any) -> Optional[tuple[frozenset, Optional[frozenset]]]:
-    """``(exact types, tuple item types)`` a bulk store keeps as they are for values of ``type_info``, or None when
-    it has no bulk mode: a serializer of the user's may refuse a value only when it encodes it, too late for the
-    ``update()`` that gave it."""
-    if type(type_info.serializer) not in (DefaultValueCodec, PickleValueCodec):
-        return None
-    accepts_any = type_info.accepts_any
-    accepted = type_info.exact_types
-    exact = frozenset(kind for kind in _IMMUTABLE_SCALARS if accepts_any or kind in accepted)
-    items = _IMMUTABLE_SCALARS | {type(None)} if accepts_any or tuple in accepted else None
-    return exact, items
 
 
 class RocksDBValueStore(ColumnFamilyStore, ValueStore):
@@ -56,7 +39,7 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
         self.encode = self._serialize if codec.has_ttl else codec.raw_serialize
         self.accepts = None if codec.has_ttl or type_info.accepts_any else type_info.accepts
         self.exact_types = type_info.exact_types
-        self._bulk_types = None if codec.has_ttl else bulk_types(type_info)
+        self._bulk_types = None if codec.has_ttl else bulk_value_types(type_info)
 
     def attach_state(self, state: Any) -> None:
         """Register a ``MemoValueState`` over this store: :meth:`start_bulk` lends it the bulk values."""
