@@ -47,7 +47,12 @@ PRODUCER_ONLY = {
     "request.timeout.ms",
 }
 
+log = logging.getLogger("keyedstate.connectors.kafka.sink")
+
 _PREFIX_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+
+#: librdkafka's two names of the number of requests in flight per broker connection.
+IN_FLIGHT_ALIASES = frozenset({"max.in.flight.requests.per.connection", "max.in.flight"})
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,13 @@ class KafkaSinkOptions:
             # init_transactions then waits for its 500 ms coordinator query timer about every other task.
             "enable.sparse.connections": "false",
         }
+        if not IN_FLIGHT_ALIASES & self.kafka.keys():
+            # librdkafka's idempotent producer loses records when requests to a partition are pipelined: if the
+            # first request a producer sends to a partition fails with a retriable error (its leader is not ready:
+            # a new topic, a leader election) and the next one succeeds, the broker accepts the gap (it has no
+            # sequence of that producer for that partition yet) and librdkafka reports the failed records as
+            # delivered ("implicitly acked", confluent-kafka-go#921). One request in flight per broker closes that.
+            conf["max.in.flight.requests.per.connection"] = "1"
         if transactional_id is not None:
             conf["transactional.id"] = transactional_id
             conf["transaction.timeout.ms"] = str(self.transaction_timeout_ms)
@@ -170,6 +182,7 @@ def parse_sink_options(options: Mapping[str, str]) -> KafkaSinkOptions:
         raise KafkaConfigurationError(
             "options transactionalIdPrefix and progressTopic only apply to deliveryGuarantee=exactly_once; remove "
             "them or switch to exactly_once")
+    _warn_if_pipelined(kafka)
     return KafkaSinkOptions(
         bootstrap_servers=servers,
         topic=topic,
@@ -180,3 +193,15 @@ def parse_sink_options(options: Mapping[str, str]) -> KafkaSinkOptions:
         **retry_options(opts),
         kafka=kafka,
     )
+
+
+def _warn_if_pipelined(kafka: Mapping[str, str]) -> None:
+    """A user's ``max.in.flight`` above 1 brings back the loss the sink's default of 1 prevents (see
+    ``KafkaSinkOptions.producer_config``): allowed, as a throughput choice, but said once when the query starts."""
+    for name in IN_FLIGHT_ALIASES & kafka.keys():
+        if int_option(f"kafka.{name}", kafka[name], 1) > 1:
+            log.warning(
+                "kafka.%s=%s lets librdkafka pipeline requests to a partition: when a new topic's or a moved "
+                "partition's first request fails and the next succeeds, librdkafka reports the failed records as "
+                "delivered though no broker wrote them (confluent-kafka-go#921). Remove the option to keep the "
+                "sink's default of 1 unless losing records in that case is acceptable", name, kafka[name])
