@@ -46,6 +46,7 @@ __all__ = [
     "RECORD_FORMAT_VERSION",
     "BLOB_FORMAT_VERSION",
     "encode_record",
+    "encode_records",
     "encode_record_key",
     "decode_record",
     "key_group_start",
@@ -70,6 +71,20 @@ def encode_record(timer: TimerTuple) -> tuple[bytes, bytes]:
         prefix[:KEY_GROUP_PREFIX_BYTES] + _u64.pack(timer[0] + _SIGN_FLIP) + prefix[KEY_GROUP_PREFIX_BYTES:] + timer[2],
         _value.pack(RECORD_FORMAT_VERSION, len(prefix) - KEY_GROUP_PREFIX_BYTES),
     )
+
+
+def encode_records(timers: Iterable[TimerTuple]) -> list[tuple[bytes, bytes]]:
+    """:func:`encode_record` of every timer, with its work inline: writing a key group's timers in one batch calls
+    it once instead of once per timer."""
+    pack, flip, split = _u64.pack, _SIGN_FLIP, KEY_GROUP_PREFIX_BYTES
+    values: dict[int, bytes] = {}  # the value depends only on the key's length
+    records = []
+    for timestamp, prefix, namespace, _ in timers:
+        value = values.get(len(prefix))
+        if value is None:
+            value = values[len(prefix)] = _value.pack(RECORD_FORMAT_VERSION, len(prefix) - split)
+        records.append((prefix[:split] + pack(timestamp + flip) + prefix[split:] + namespace, value))
+    return records
 
 
 def encode_record_key(timer: TimerTuple) -> bytes:

@@ -23,9 +23,12 @@ read of the column, where a full cache would look up every register and delete b
 cache first shrinks it to ``cache_capacity``, so firing pops from a short list and reads the column in batches.
 
 A queue told its key group starts with no timers at all (:meth:`ColumnTimerQueue.defer_writes`: RocksDB mode's first
-call of a key group, whose database is new) does not even write through: its timers stay in the grown cache and reach
-the column in one batch at the service's flush before a snapshot (so before the key group's changes are taken), at
-its first pop, or when the cache outgrows its limit. Registering a timer then costs a list insert, as on the heap.
+call of a key group, whose database is new) does not even write through: it holds its timers as a heap queue does
+(a set, ``live``, and a heap of them with lazy deletion), and they reach the column in one batch at the service's
+flush before a snapshot (so before the key group's changes are taken), at its first pop, or when they outgrow the
+grown cache's limit; the sorted cache takes over from there. Registering a timer then costs a set insert and a heap
+push, as on the heap, and the compiled ``TimerFlush`` settles a run's calls by membership in ``live``, as it does
+for the heap.
 
 So memory is O(key groups x cache_capacity) however many timers there are (a grown cache only holds timers added
 since the key group was empty): restoring a million timers reads only the heads. The number of timers is known
@@ -36,11 +39,13 @@ to date afterwards with a point lookup per uncached register / delete.
 from __future__ import annotations
 
 from bisect import bisect_left
+from heapq import heapify, heappop, heappush
 from itertools import islice
 from typing import Iterator, Optional
 
 from keyedstate.state.base.stores import RawColumn
-from timers.codec import decode_record, encode_record, encode_record_key, key_group_end, key_group_start
+from timers.codec import decode_record, encode_record, encode_record_key, encode_records, key_group_end, key_group_start
+from timers.queue import COMPACT_SLACK
 from timers.timer import InternalTimer
 
 __all__ = ["ColumnTimerQueue", "DEFAULT_CACHE_CAPACITY"]
@@ -57,7 +62,7 @@ class ColumnTimerQueue:
     """The timers of one key group in one time domain, written through to ``column``."""
 
     __slots__ = ("column", "key_group", "capacity", "complete_capacity", "cache", "complete", "count", "_start",
-                 "_end", "_prefixes", "_resume", "_pending_first", "_pending_last", "_pending", "_unwritten")
+                 "_end", "_prefixes", "_resume", "_pending_first", "_pending_last", "_pending", "live", "_held")
 
     def __init__(self, column: RawColumn, key_group: int, cache_capacity: int = DEFAULT_CACHE_CAPACITY) -> None:
         self.column = column
@@ -80,23 +85,34 @@ class ColumnTimerQueue:
         self._pending = 0
         self._pending_first = b""
         self._pending_last = b""
-        self._unwritten = False  # the cache holds timers not written to the column yet (defer_writes)
+        # While no timer is written to the column yet (defer_writes): the timers as a set, else None (the compiled
+        # TimerFlush settles a run's calls by membership in it), and as a heap with lazy deletion, whose top is always
+        # in ``live``; ``cache`` is unused until they are written.
+        self.live: Optional[set[InternalTimer]] = None
+        self._held: list[InternalTimer] = []
 
     def defer_writes(self) -> None:
-        """Keep new timers in the cache only; the next flush, pop or iteration writes them all.
+        """Hold new timers in memory only; the next flush, pop or iteration writes them all.
 
         The caller knows that the key group has no timer in the column (see the module docstring)."""
         if self.cache or self._pending:
             raise ValueError(f"key group {self.key_group} has timers: only a queue that starts empty defers writes")
-        self.complete, self.count, self._unwritten = True, 0, True
+        self.complete, self.count, self.live, self._held = True, 0, set(), []
 
-    def _write_cached(self) -> bool:
-        """Write the timers the cache holds back; whether there were any."""
-        self._unwritten = False
-        if self.cache:
-            self.column.put_many(encode_record(timer) for timer in self.cache)
-            return True
-        return False
+    def _write_held(self, keep: bool = True) -> bool:
+        """Write the held timers (:meth:`defer_writes`) and hand over to the cache: all of them, sorted, as a grown
+        cache holds them (past its limit, the smallest ``capacity``), or without ``keep`` none of them (the next
+        read of the head refills it from the column); whether there were any."""
+        live, self.live, self._held = self.live, None, []
+        if not live:
+            return False
+        self.column.put_many(encode_records(live))  # in any order: RocksDB sorts them
+        cache = sorted(live) if keep else []
+        if len(cache) > self.complete_capacity or not keep:
+            del cache[self.capacity:]
+            self.complete = False
+        self.cache = cache
+        return True
 
     def flush_deletes(self, write_deferred: bool = True) -> bool:
         """Issue the deferred deletes of fired timers (and deferred writes); whether there were any.
@@ -104,8 +120,10 @@ class ColumnTimerQueue:
         The timers whose writes were deferred (:meth:`defer_writes`) are written only with ``write_deferred``: by the
         flush before a snapshot; the one after an advance has only the fired timers' deletes to issue, and a pop
         writes them."""
-        if self._unwritten:
-            return self._write_cached() if write_deferred else False
+        if self.live is not None:
+            # for a snapshot or a scan of the column: the head is read back from the column when it is next needed,
+            # which costs less than sorting every held timer into the cache
+            return self._write_held(keep=False) if write_deferred else False
         pending = self._pending
         if pending:
             self._pending = 0
@@ -133,6 +151,19 @@ class ColumnTimerQueue:
 
     def add(self, timer: InternalTimer) -> bool:
         """Register ``timer`` (write-through); return True when it became the head. A duplicate is a no-op."""
+        live = self.live
+        if live is not None:
+            size = len(live)
+            live.add(timer)  # one hash instead of a membership test and an add
+            if len(live) == size:
+                return False
+            self.count += 1  # type: ignore[operator]  # counted from 0 while held
+            held = self._held
+            heappush(held, timer)
+            head = held[0]
+            if size >= self.complete_capacity:
+                self._write_held()
+            return head is timer or head == timer
         if self._pending:
             self.flush_deletes()
         cache = self.cache
@@ -143,13 +174,10 @@ class ColumnTimerQueue:
             i = bisect_left(cache, timer)
             if i < len(cache) and cache[i] == timer:
                 return False
-            if not self._unwritten:
-                key, value = encode_record(timer)
-                self.column.put(key, value)
+            key, value = encode_record(timer)
+            self.column.put(key, value)
             cache.insert(i, timer)
             if len(cache) > (self.complete_capacity if self.complete else self.capacity):
-                if self._unwritten:
-                    self._write_cached()
                 del cache[self.capacity:]
                 self.complete = False
             if self.count is not None:
@@ -164,16 +192,27 @@ class ColumnTimerQueue:
 
     def remove(self, timer: InternalTimer) -> bool:
         """Delete ``timer``; return whether it was registered (an unknown timer is a silent no-op)."""
+        live = self.live
+        if live is not None:
+            if timer not in live:
+                return False
+            live.remove(timer)
+            self.count -= 1  # type: ignore[operator]  # counted from 0 while held
+            held = self._held
+            if held[0] == timer:  # the top must stay a held timer: drop the deleted ones above the next
+                heappop(held)
+                while held and held[0] not in live:
+                    heappop(held)
+            if len(held) > 2 * len(live) + COMPACT_SLACK:
+                held[:] = live
+                heapify(held)
+            return True
         if self._pending:
             self.flush_deletes()
         cache = self.cache
         i = bisect_left(cache, timer)
         if i < len(cache) and cache[i] == timer:
             del cache[i]
-            if self._unwritten:  # never written: nothing to delete
-                if self.count is not None:
-                    self.count -= 1
-                return True
             key = encode_record_key(timer)
             self.column.delete(key)
             if not cache:
@@ -196,9 +235,13 @@ class ColumnTimerQueue:
 
         Beyond the cache only the column knows whether a timer exists; those are looked up together in one
         multi-get (a key deleting the timers it registered for each element of a run lands here)."""
+        head = self.peek()  # loads the cache when it is empty, so the head is cached
+        if self.live is not None:
+            for timer in timers:
+                self.remove(timer)
+            return head is not None and head in timers
         if self._pending:
             self.flush_deletes()
-        head = self.peek()  # loads the cache when it is empty, so the head is cached
         lookups = []
         for timer in timers:
             cache = self.cache
@@ -218,6 +261,9 @@ class ColumnTimerQueue:
 
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer of the key group, or None."""
+        if self.live is not None:
+            held = self._held
+            return held[0] if held else None
         cache = self.cache
         if cache:
             return cache[0]
@@ -231,8 +277,8 @@ class ColumnTimerQueue:
         timer = self.peek()
         if timer is None:
             return None
-        if self._unwritten:
-            self._write_cached()  # then as always: the pops' deletes are deferred and coalesced
+        if self.live is not None:
+            self._write_held()  # then as always: the pops' deletes are deferred and coalesced
         cache = self.cache
         if len(cache) > self.capacity:  # grown while complete: fire from a short list (see the module docstring)
             del cache[self.capacity:]
@@ -256,7 +302,7 @@ class ColumnTimerQueue:
 
     def clear(self) -> None:
         self._pending = 0
-        self._unwritten = False
+        self.live, self._held = None, []
         self.column.delete_range(self._start, self._end)
         self.cache = []
         self._resume = None
@@ -278,6 +324,8 @@ class ColumnTimerQueue:
     def __contains__(self, timer: object) -> bool:
         if not isinstance(timer, InternalTimer):
             return False
+        if self.live is not None:
+            return timer in self.live
         if self._in_cache(timer):
             return True
         if self.complete or (self.cache and timer < self.cache[-1]):

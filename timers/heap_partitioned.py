@@ -44,11 +44,10 @@ class HeapPartitionedTimerQueue(KeyGroupPartitionedTimerQueue):
     everything else is the base class, which sees the batch being fired through :meth:`_unfired`.
     """
 
-    __slots__ = ("batch", "_walk", "_limit", "_holding", "_cancelled")
+    __slots__ = ("_walk", "_limit", "_holding", "_cancelled")
 
     def __init__(self) -> None:
         super().__init__(lambda key_group: HeapTimerQueue())
-        self.batch: Optional[list[TimerTuple]] = None  # the sorted timers being fired
         self._walk: Optional[Iterator[TimerTuple]] = None  # the iterator over ``batch``
         self._limit = 0
         self._holding = False  # the walk's last timer is held back while earlier callback timers fire

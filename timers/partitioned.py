@@ -36,12 +36,15 @@ class KeyGroupPartitionedTimerQueue:
     ``__iter__``.
     """
 
-    __slots__ = ("_factory", "queues", "_heads")
+    __slots__ = ("_factory", "queues", "_heads", "batch")
 
     def __init__(self, factory: Callable[[int], Any]) -> None:
         self._factory = factory
         self.queues: dict[int, Any] = {}
         self._heads: list[TimerTuple] = []
+        # The sorted timers being fired, taken out of their key groups (see HeapPartitionedTimerQueue); None while
+        # not firing, always here: this queue fires one timer at a time, from the key groups.
+        self.batch: Optional[list[TimerTuple]] = None
 
     def queue(self, key_group: int) -> Any:
         """The queue of ``key_group``, created when missing."""
@@ -90,8 +93,9 @@ class KeyGroupPartitionedTimerQueue:
         """Register (True) or delete (False) the timer ``(timestamp, prefix, namespace, key_group)`` for every
         ``timestamp -> registered`` of ``changes``: one key's collected timer calls (see ``TimerService``).
 
-        The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath_src/timer_flush.c``) is the heap
-        branch below in C.
+        The only definition; the compiled ``TimerFlush`` (``keyedstate/_fastpath_src/timer_flush.c``) is the
+        branch over a set of the key group's timers (``live``: a heap queue's, or a column queue's that holds its
+        timers unwritten) in C.
         """
         queue = self.queues.get(key_group)
         if queue is None:
@@ -100,8 +104,9 @@ class KeyGroupPartitionedTimerQueue:
             queue = self.queue(key_group)
         live = getattr(queue, "live", None)
         if live is not None and not self._unfired():
-            # A heap queue, not firing: a key that registers and deletes timers within one run leaves deletions of
-            # timers that were never queued and registrations of timers already queued; one set lookup settles each.
+            # The key group's timers are a set in memory, not firing: a key that registers and deletes timers within
+            # one run leaves deletions of timers that were never queued and registrations of timers already queued;
+            # one set lookup settles each.
             for timestamp, registered in changes.items():
                 timer = (timestamp, prefix, namespace, key_group)
                 if registered:

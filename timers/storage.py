@@ -24,7 +24,7 @@ from keyedstate.keygroups import key_group_of_stored_key as key_group_of
 from keyedstate.state.base.kinds import HEAP as HEAP_BACKEND
 from keyedstate.state.base.kinds import ROCKSDB as ROCKSDB_BACKEND
 from keyedstate.state.base.stores import RawColumn
-from timers.codec import decode_record, encode_record, key_group_end, key_group_start
+from timers.codec import decode_record, encode_records, key_group_end, key_group_start
 from timers.column_queue import DEFAULT_CACHE_CAPACITY, ColumnTimerQueue
 from timers.heap_partitioned import HeapPartitionedTimerQueue
 from timers.partitioned import KeyGroupPartitionedTimerQueue
@@ -119,7 +119,7 @@ class TimeDomainQueue:
             if not queue.dirty:
                 continue
             column.delete_range(key_group_start(key_group), key_group_end(key_group))
-            column.put_many(encode_record(timer) for timer in queue.live)
+            column.put_many(encode_records(queue.live))
             queue.dirty = False
             flushed += 1
         return flushed

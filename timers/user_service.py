@@ -8,25 +8,35 @@ from typing import Any
 from keyedstate.fastpath import fastpath
 from keyedstate.state.base.key_context import KEY_GROUP_FIELD, KEY_PREFIX_FIELD
 from keyedstate.state.base.layout import VOID_NAMESPACE
+from timers.column_queue import ColumnTimerQueue
 from timers.heap_partitioned import HeapPartitionedTimerQueue
+from timers.partitioned import KeyGroupPartitionedTimerQueue
 from timers.queue import HeapTimerQueue
 from timers.service import InternalTimerService
 from timers.time import MAX_TIMESTAMP, to_epoch_millis
 
 __all__ = ["TimerService"]
 
-# The attributes the compiled TimerFlush reads, taken from their declarations: the key context's fields, and the
-# queues' __slots__ (a renamed slot makes this line fail at import).
+
+def _slot(name: str, *owners: type) -> str:
+    """The slot ``name`` that all ``owners`` declare, read statically (a type checker takes a slot read on the class
+    for the instance attribute); a renamed slot fails here, at import."""
+    for owner in owners:
+        getattr_static(owner, name)
+    return name
+
+
+# The partitioned queues the compiled TimerFlush handles (exact types), and the attributes it reads, taken from their
+# declarations: the key context's fields, and the queues' __slots__.
+_FLUSH_QUEUE_TYPES = (HeapPartitionedTimerQueue, KeyGroupPartitionedTimerQueue)
 _FLUSH_FIELDS = dict(
     prefix_field=KEY_PREFIX_FIELD,
     key_group_field=KEY_GROUP_FIELD,
-    # the slots' member descriptors (read statically: a type checker takes a slot read on the class for the
-    # instance attribute)
-    firing_field=getattr_static(HeapPartitionedTimerQueue, "batch").__name__,
-    queues_field=getattr_static(HeapPartitionedTimerQueue, "queues").__name__,
-    live_field=getattr_static(HeapTimerQueue, "live").__name__,
-    add_field=HeapPartitionedTimerQueue.add.__name__,
-    remove_field=HeapPartitionedTimerQueue.remove.__name__,
+    firing_field=_slot("batch", *_FLUSH_QUEUE_TYPES),
+    queues_field=_slot("queues", *_FLUSH_QUEUE_TYPES),
+    live_field=_slot("live", HeapTimerQueue, ColumnTimerQueue),
+    add_field=KeyGroupPartitionedTimerQueue.add.__name__,
+    remove_field=KeyGroupPartitionedTimerQueue.remove.__name__,
 )
 
 
@@ -75,12 +85,13 @@ class TimerService:
                                           max_timestamp=MAX_TIMESTAMP)
                 setattr(self, name, call.call)
                 self._compiled_calls += (call,)
-            # Applying a run's calls to the heap queues too; other queues and firing queues reach
+            # Applying a run's calls too, to a key group whose timers are a set in memory (a heap queue, or a column
+            # queue holding a new key group's timers unwritten); other queues and firing queues reach
             # apply_collected_calls() below.
             self._compiled_flush = fastpath.TimerFlush(
                 context=service.backend, event_queue=service.event_queue, processing_queue=service.processing_queue,
                 event_changes=self._event_time, processing_changes=self._processing_time,
-                namespace=VOID_NAMESPACE, queue_type=HeapPartitionedTimerQueue,
+                namespace=VOID_NAMESPACE, queue_types=_FLUSH_QUEUE_TYPES,
                 fallback=TimerService.apply_collected_calls.__get__(self), **_FLUSH_FIELDS,
             )
             self.apply_collected_calls = self._compiled_flush.call  # type: ignore[method-assign]

@@ -1,28 +1,30 @@
 #include "fastpath.h"
 
-/* TimerService.flush for the common case: the heap timer queues, not firing, a current key. For every
- * collected timestamp it builds the timer tuple and settles it with one set lookup when the queue already agrees
- * (a deletion of a timer that was never queued, a registration of one already queued); the rest go to the queue's
- * own add()/remove(). Anything else (another queue type, a queue that is firing, no current key) goes to the
- * Python flush before anything is applied. The collected calls are cleared either way, as the Python flush does.
- * This is the heap branch of KeyGroupPartitionedTimerQueue.apply_changes (timers/partitioned.py) in C. */
+/* TimerService.flush for the common case: a partitioned queue of a handled type, not firing, whose queue of the
+ * current key's key group keeps its timers as a set (`live`: a heap queue, or a column queue whose timers are not
+ * written yet), and a current key. For every collected timestamp it builds the timer tuple and settles it with one
+ * set lookup when the queue already agrees (a deletion of a timer that was never queued, a registration of one
+ * already queued); the rest go to the partitioned queue's own add()/remove(). Anything else (another queue type, a
+ * queue that is firing, a key group queue without the set, no current key) goes to the Python flush before anything
+ * is applied. The collected calls are cleared either way, as the Python flush does. This is the set branch of
+ * KeyGroupPartitionedTimerQueue.apply_changes (timers/partitioned.py) in C. */
 
 typedef struct {
     PyObject_HEAD
     PyObject *context;          /* the backend's KeyContext: the current key's prefix and key group */
-    PyObject *event_queue;      /* the service's two HeapPartitionedTimerQueues */
+    PyObject *event_queue;      /* the service's two partitioned queues */
     PyObject *processing_queue;
     PyObject *event_changes;    /* dict timestamp -> bool of the current key's run, event time */
     PyObject *processing_changes;
     PyObject *namespace;        /* VOID_NAMESPACE */
-    PyObject *queue_type;       /* HeapPartitionedTimerQueue: the only queue type handled here */
+    PyObject *queue_types;      /* tuple: the partitioned queue types handled here (exact types) */
     PyObject *fallback;         /* callable(): the Python flush */
     /* attribute names, declared on the Python side */
     PyObject *prefix_field;     /* context: the current key's prefix (bytes or None) */
     PyObject *key_group_field;  /* context: its key group (int) */
     PyObject *firing_field;     /* queue: the batch being fired, None while not firing */
-    PyObject *queues_field;     /* queue: dict key group -> HeapTimerQueue */
-    PyObject *live_field;       /* HeapTimerQueue: the set of its timers */
+    PyObject *queues_field;     /* queue: dict key group -> the key group's queue */
+    PyObject *live_field;       /* a key group's queue: the set of its timers, or None when it keeps none */
     PyObject *add_field;        /* queue methods */
     PyObject *remove_field;
     /* for metrics: the collected registrations and deletions this object applied (one per timestamp and run; the
@@ -33,7 +35,7 @@ typedef struct {
 
 #define TIMER_FLUSH_OBJECTS(X) \
     X(context) X(event_queue) X(processing_queue) X(event_changes) X(processing_changes) X(namespace) \
-    X(queue_type) X(fallback) X(prefix_field) X(key_group_field) X(firing_field) X(queues_field) X(live_field) \
+    X(queue_types) X(fallback) X(prefix_field) X(key_group_field) X(firing_field) X(queues_field) X(live_field) \
     X(add_field) X(remove_field)
 
 static int
@@ -66,23 +68,40 @@ static int
 timer_flush_init(TimerFlush *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"context", "event_queue", "processing_queue", "event_changes", "processing_changes",
-                               "namespace", "queue_type", "fallback", "prefix_field", "key_group_field",
+                               "namespace", "queue_types", "fallback", "prefix_field", "key_group_field",
                                "firing_field", "queues_field", "live_field", "add_field", "remove_field", NULL};
-    PyObject *context, *event_queue, *processing_queue, *event_changes, *processing_changes, *namespace, *queue_type,
+    PyObject *context, *event_queue, *processing_queue, *event_changes, *processing_changes, *namespace, *queue_types,
         *fallback, *names[7];
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO!O!O!O!OOOOOOOO:TimerFlush", keywords, &context, &event_queue,
                                      &processing_queue, &PyDict_Type, &event_changes, &PyDict_Type,
-                                     &processing_changes, &PyBytes_Type, &namespace, &PyType_Type, &queue_type,
+                                     &processing_changes, &PyBytes_Type, &namespace, &PyTuple_Type, &queue_types,
                                      &fallback, &names[0], &names[1], &names[2], &names[3], &names[4], &names[5],
                                      &names[6])) {
         return -1;
     }
-    /* checked on the key context and on the handled queue type (slots and methods are class attributes); the live
-     * set belongs to per-key-group queues that may not exist yet */
-    PyObject *owners[7] = {context, context, queue_type, queue_type, NULL, queue_type, queue_type};
+    Py_ssize_t type_count = PyTuple_GET_SIZE(queue_types);
+    if (type_count == 0) {
+        PyErr_SetString(PyExc_TypeError, "TimerFlush: queue_types must name at least one queue type");
+        return -1;
+    }
+    for (Py_ssize_t t = 0; t < type_count; t++) {
+        if (!PyType_Check(PyTuple_GET_ITEM(queue_types, t))) {
+            PyErr_SetString(PyExc_TypeError, "TimerFlush: queue_types must be a tuple of types");
+            return -1;
+        }
+    }
+    /* checked on the key context and on every handled queue type (slots and methods are class attributes); the
+     * live set belongs to per-key-group queues that may not exist yet */
+    int of_queue[7] = {0, 0, 1, 1, -1, 1, 1}; /* 0: the context's, 1: the queue types', -1: unchecked */
     for (int i = 0; i < 7; i++) {
-        names[i] = attribute_name(names[i], owners[i], "TimerFlush");
-        if (names[i] == NULL) {
+        PyObject *name = attribute_name(names[i], of_queue[i] == 0 ? context : NULL, "TimerFlush");
+        for (Py_ssize_t t = 0; name != NULL && of_queue[i] == 1 && t < type_count; t++) {
+            PyObject *checked = attribute_name(name, PyTuple_GET_ITEM(queue_types, t), "TimerFlush");
+            Py_DECREF(name);
+            name = checked;
+        }
+        names[i] = name;
+        if (name == NULL) {
             for (int j = 0; j < i; j++) {
                 Py_DECREF(names[j]);
             }
@@ -95,7 +114,7 @@ timer_flush_init(TimerFlush *self, PyObject *args, PyObject *kwargs)
     Py_XSETREF(self->event_changes, Py_NewRef(event_changes));
     Py_XSETREF(self->processing_changes, Py_NewRef(processing_changes));
     Py_XSETREF(self->namespace, Py_NewRef(namespace));
-    Py_XSETREF(self->queue_type, Py_NewRef(queue_type));
+    Py_XSETREF(self->queue_types, Py_NewRef(queue_types));
     Py_XSETREF(self->fallback, Py_NewRef(fallback));
     Py_XSETREF(self->prefix_field, names[0]);
     Py_XSETREF(self->key_group_field, names[1]);
@@ -107,23 +126,8 @@ timer_flush_init(TimerFlush *self, PyObject *args, PyObject *kwargs)
     return 0;
 }
 
-/* 1: the queue can be handled here (exact type, not firing); 0: not; -1: error. */
-static int
-queue_handled(TimerFlush *self, PyObject *queue)
-{
-    if ((PyObject *)Py_TYPE(queue) != self->queue_type) {
-        return 0;
-    }
-    PyObject *batch = PyObject_GetAttr(queue, self->firing_field);
-    if (batch == NULL) {
-        return -1;
-    }
-    int idle = batch == Py_None;
-    Py_DECREF(batch);
-    return idle;
-}
-
-/* The live set of the key group's queue (new reference), or NULL without error when the key group has none. */
+/* The key group's queue's `live` attribute (new reference: a set, or None when that queue keeps no set), or NULL
+ * without an error when the key group has no queue. */
 static PyObject *
 live_timers(TimerFlush *self, PyObject *queue, PyObject *key_group)
 {
@@ -140,6 +144,36 @@ live_timers(TimerFlush *self, PyObject *queue, PyObject *key_group)
     return live;
 }
 
+/* 1: the queue can be handled here (a handled exact type, not firing, the key group's queue keeping a set of its
+ * timers or not there yet); 0: not; -1: error. */
+static int
+queue_handled(TimerFlush *self, PyObject *queue, PyObject *key_group)
+{
+    int handled_type = 0;
+    for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(self->queue_types); t++) {
+        handled_type |= (PyObject *)Py_TYPE(queue) == PyTuple_GET_ITEM(self->queue_types, t);
+    }
+    if (!handled_type) {
+        return 0;
+    }
+    PyObject *batch = PyObject_GetAttr(queue, self->firing_field);
+    if (batch == NULL) {
+        return -1;
+    }
+    int idle = batch == Py_None;
+    Py_DECREF(batch);
+    if (!idle) {
+        return 0;
+    }
+    PyObject *live = live_timers(self, queue, key_group);
+    if (live == NULL) {
+        return PyErr_Occurred() ? -1 : 1;
+    }
+    int is_set = PySet_Check(live);
+    Py_DECREF(live);
+    return is_set;
+}
+
 static int
 apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *prefix, PyObject *key_group)
 {
@@ -152,6 +186,9 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
         PyErr_SetString(PyExc_TypeError, "TimerFlush: a key group's live timers must be a set");
         return -1;
     }
+    /* set when add() created a key group queue that keeps no set of its timers (a column queue): every later call
+     * goes to the queue, which settles duplicates and unknown timers itself */
+    int direct = 0;
     Py_ssize_t position = 0;
     PyObject *timestamp, *registered;
     int result = 0;
@@ -162,7 +199,7 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
         } else {
             self->deleted++;
         }
-        if (!is_registration && live == NULL) {
+        if (!is_registration && live == NULL && !direct) {
             continue; /* deleting a timer of a key group without timers */
         }
         PyObject *timer = PyTuple_Pack(4, timestamp, prefix, self->namespace, key_group);
@@ -170,7 +207,7 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
             result = -1;
             break;
         }
-        int present = live == NULL ? 0 : PySet_Contains(live, timer);
+        int present = live != NULL ? PySet_Contains(live, timer) : direct && !is_registration;
         PyObject *outcome;
         if (present < 0) {
             outcome = NULL;
@@ -187,12 +224,20 @@ apply_changes(TimerFlush *self, PyObject *queue, PyObject *changes, PyObject *pr
             break;
         }
         Py_DECREF(outcome);
-        if (live == NULL) { /* add() created the key group's queue */
+        if (live == NULL && !direct) { /* add() created the key group's queue */
             live = live_timers(self, queue, key_group);
             if (live == NULL) {
                 if (!PyErr_Occurred()) {
                     PyErr_SetString(PyExc_RuntimeError, "TimerFlush: add() left the key group without a queue");
                 }
+                result = -1;
+                break;
+            }
+            if (live == Py_None) {
+                Py_CLEAR(live);
+                direct = 1;
+            } else if (!PySet_Check(live)) {
+                PyErr_SetString(PyExc_TypeError, "TimerFlush: a key group's live timers must be a set or None");
                 result = -1;
                 break;
             }
@@ -222,10 +267,10 @@ timer_flush_call(TimerFlush *self, PyObject *Py_UNUSED(ignored))
     if (key_group == NULL) goto done;
     handled = PyBytes_CheckExact(prefix) && PyLong_CheckExact(key_group);
     if (handled && has_event) {
-        handled = queue_handled(self, self->event_queue);
+        handled = queue_handled(self, self->event_queue, key_group);
     }
     if (handled > 0 && has_processing) {
-        handled = queue_handled(self, self->processing_queue);
+        handled = queue_handled(self, self->processing_queue, key_group);
     }
     if (handled < 0) goto done;
     if (!handled) {
@@ -264,7 +309,7 @@ static PyMethodDef timer_flush_methods[] = {
 PyTypeObject TimerFlushType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "keyedstate._fastpath.TimerFlush",
-    .tp_doc = "TimerService.flush over heap timer queues (see keyedstate.fastpath).",
+    .tp_doc = "TimerService.flush over queues that keep their timers as sets (see keyedstate.fastpath).",
     .tp_basicsize = sizeof(TimerFlush),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = PyType_GenericNew,

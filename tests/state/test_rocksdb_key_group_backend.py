@@ -127,6 +127,8 @@ def test_a_database_opened_empty_without_recording_hands_out_its_whole_content_a
     replica.replay(ChangeLog.decode(changes.encode(), "test"))
     assert everything(replica) == expected and sorted(replica.stored_state_names()) == ["count", "events", "kinds"]
     replica.close()
+    # the whole content has each key once: encoded without looking for later writes, to the same bytes
+    assert changes.distinct and changes.encode() == ChangeLog(list(changes.ops)).encode()
 
 
 def test_a_settled_database_attached_again_by_another_backend_is_checked_against_its_states(tmp_path):
@@ -181,4 +183,25 @@ def test_changes_replayed_into_a_settled_database_are_settled_again(tmp_path):
     backend.set_current_key("a")
     assert count.value() == 1
     backend.close_key_group()
+    backend.close()
+
+
+def test_a_new_database_has_the_raw_columns_an_earlier_one_was_written_in_from_its_open(tmp_path):
+    """Creating a column family in an open database rewrites its options file; at the open it is nearly free."""
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
+    written, untouched = backend.raw_column("_timer_state/event_t"), backend.raw_column("_timer_state/processing_t")
+    backend.open_key_group(str(tmp_path / "first"), record_changes=False)
+    assert written.family_name not in backend.database.column_families  # created by the first write, as before
+    written.put(b"\x00\x01", b"timer")
+    backend.take_changes()
+    backend.close_key_group()
+    backend.open_key_group(str(tmp_path / "second"), record_changes=False)
+    families = backend.database.column_families
+    assert written.family_name in families and untouched.family_name not in families
+    assert written.get(b"\x00\x01") is None and backend.raw_column_names() == ["_timer_state/event_t"]
+    assert not backend.take_changes()  # an empty family stores nothing
+    backend.close_key_group()
+    RocksDBKeyedStateBackend(tmp_path / "stored", num_key_groups=4).close()
+    backend.open_key_group(str(tmp_path / "stored"), record_changes=True)  # a stored database: opened as it is
+    assert written.family_name not in backend.database.column_families
     backend.close()

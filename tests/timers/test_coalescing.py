@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from timer_helpers import at, make
+from timer_helpers import Setup, at, make
 
 from keyedstate.errors import InvalidTimestampError, NoKeyContextError
 from keyedstate.state.base.layout import VOID_NAMESPACE
@@ -86,27 +86,37 @@ def test_an_invalid_timestamp_fails_at_the_call_and_is_not_collected(setup, meth
     assert service.num_event_time_timers() == 0 and service.num_processing_time_timers() == 0
 
 
-def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup):
-    """The oracle is a TimerService that is not collecting: it applies every call to the queues at once."""
-    rng = random.Random(7)
-    backend_a, direct_service, _ = make(setup)
-    backend_b, coalesced_service, _ = make(setup)
-    direct = TimerService(direct_service)
-    coalescing = _collecting(coalesced_service)
-    methods = ["register_event_time_timer", "delete_event_time_timer", "register_processing_time_timer",
-               "delete_processing_time_timer"]
+_METHODS = ["register_event_time_timer", "delete_event_time_timer", "register_processing_time_timer",
+            "delete_processing_time_timer"]
+
+
+def _random_runs(rng, keys, direct, backend_a, coalescing, backend_b, after_run=lambda run: None):
+    """60 runs of random timer calls of one key each, made directly on ``direct`` and collected on ``coalescing``,
+    which applies them at the end of each run."""
     for run in range(60):
-        key = f"k{rng.randrange(8)}"
+        key = rng.choice(keys)
         at(backend_a, key)
         at(backend_b, key)
         for _ in range(rng.randrange(1, 12)):
-            method, timestamp = rng.choice(methods), rng.randrange(1, 15)
+            method, timestamp = rng.choice(_METHODS), rng.randrange(1, 15)
             getattr(direct, method)(timestamp)
             getattr(coalescing, method)(timestamp)
         coalescing.apply_collected_calls()
+        after_run(run)
+
+
+def test_random_call_sequences_leave_the_same_timers_as_the_direct_service(setup):
+    """The oracle is a TimerService that is not collecting: it applies every call to the queues at once."""
+    backend_a, direct_service, _ = make(setup)
+    backend_b, coalesced_service, _ = make(setup)
+
+    def same_timers(run):
         for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME):
             expected = sorted((t.timestamp, t.key) for t in direct_service.timers(domain))
             assert sorted((t.timestamp, t.key) for t in coalesced_service.timers(domain)) == expected, run
+
+    _random_runs(random.Random(7), [f"k{i}" for i in range(8)], TimerService(direct_service), backend_a,
+                 _collecting(coalesced_service), backend_b, same_timers)
 
 
 def test_outside_a_run_the_calls_go_straight_to_the_queues(setup):
@@ -195,3 +205,36 @@ def test_the_service_counts_a_runs_registrations_and_deletions_once_per_timestam
     calls.register_event_time_timer(40)
     calls.delete_event_time_timer(10)
     assert calls.timer_counts() == (4, 3)
+
+
+@pytest.mark.parametrize("setup_name", ["rocksdb", "column-on-heap"])
+def test_a_new_key_groups_unwritten_timers_take_a_runs_calls_as_the_heap_does_and_reach_the_column_at_the_flush(
+        tmp_path, implementation, setup_name):
+    """RocksDB mode's first call of a key group (``reload_key_group(new=True)``): its timers are held in memory as a
+    set and a heap, so the compiled flush settles a run's calls by membership there, and nothing is written before
+    the flush."""
+    setup = Setup(setup_name, tmp_path)
+    try:
+        backend_a, direct_service, _ = make(setup)
+        backend_b, deferred_service, _ = make(setup)
+        keys = [f"k{i}" for i in range(8)]
+        for key in keys:
+            deferred_service.reload_key_group(at(backend_b, key).key_group, new=True)
+        coalescing = _collecting(deferred_service)
+        _random_runs(random.Random(11), keys, TimerService(direct_service), backend_a, coalescing, backend_b)
+        queues = [*deferred_service.event_queue.queues.values(), *deferred_service.processing_queue.queues.values()]
+        assert all(isinstance(queue.live, set) for queue in queues)  # still unwritten: no call wrote them
+        if implementation == "compiled":  # settled in C, not by the Python flush
+            assert deferred_service.timers_registered == 0 and coalescing.timer_counts()[0] > 0
+        for domain in ("event", "processing"):
+            column = backend_b.raw_column(f"_timer_state/{domain}_{deferred_service.name}")
+            assert not list(column.items(b"", b"\xff" * 8)), f"{domain} timers were written before the flush"
+        deferred_service.write_to_columns()
+        assert all(queue.live is None for queue in queues)
+        reread = setup.service(backend_b)  # a new service reads the key groups' timers from the columns
+        for domain in (TimeDomain.EVENT_TIME, TimeDomain.PROCESSING_TIME):
+            expected = sorted((t.timestamp, t.key) for t in direct_service.timers(domain))
+            assert expected, "the random calls left no timer to compare"
+            assert sorted((t.timestamp, t.key) for t in reread.timers(domain)) == expected
+    finally:
+        setup.close()

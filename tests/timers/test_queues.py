@@ -10,8 +10,9 @@ from keyedstate.serialization import encode_key
 from keyedstate.state.base.layout import VOID_NAMESPACE, key_group_prefix
 from keyedstate.state.heap.stores import HeapRawColumn
 from timers import ColumnTimerQueue, HeapTimerQueue, KeyGroupPartitionedTimerQueue, make_timer
-from timers.codec import decode_record, encode_record
+from timers.codec import decode_record, encode_record, encode_records
 from timers.column_queue import COMPLETE_GROWTH
+from timers.queue import COMPACT_SLACK
 
 NAMESPACES = [VOID_NAMESPACE, encode_key("w1")]
 
@@ -130,6 +131,39 @@ def test_a_queue_deferring_its_writes_matches_the_model_and_leaves_the_column_as
     assert sorted(decode_record(k, v) for k, v in column.items()) == sorted(model)
     reopened = ColumnTimerQueue(column, 3, capacity)
     assert list(reopened) == sorted(model) and len(reopened) == len(model)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_held_timers_answer_as_the_model_until_written_and_are_written_exactly(column, seed):
+    """A new key group's queue (defer_writes) holds its timers as a heap over a set: heads deleted, timers deleted
+    and registered again, more deleted timers than live ones; nothing reaches the column before the flush."""
+    rng = random.Random(seed)
+    queue = ColumnTimerQueue(column, 3, 4)  # holds up to 4 * COMPLETE_GROWTH timers: more than the 200 used here
+    queue.peek()
+    queue.defer_writes()
+    model: set = set()
+    for _ in range(4000):
+        t = timer(rng.randrange(40), f"k{rng.randrange(5)}")
+        op = rng.random()
+        if op < 0.45:
+            assert queue.add(t) == (t not in model and (not model or t < min(model)))  # whether it became the head
+            model.add(t)
+        elif op < 0.85:
+            if model and rng.random() < 0.6:
+                t = min(model)  # the head, often: the next one must surface
+            assert queue.remove(t) == (t in model)
+            model.discard(t)
+        else:
+            chosen = sorted({t, *rng.sample(sorted(model), min(len(model), 2))})
+            assert queue.remove_many(chosen) == (bool(model) and min(model) in chosen)
+            model.difference_update(chosen)
+        assert queue.peek() == (min(model) if model else None)
+        assert len(queue) == len(model) and (t in queue) == (t in model)
+        assert len(queue._held) <= 2 * len(model) + COMPACT_SLACK  # deleted timers do not pile up
+    assert queue.live == model and list(column.items()) == []
+    assert queue.flush_deletes() is bool(model)
+    assert queue.live is None and sorted(decode_record(k, v) for k, v in column.items()) == sorted(model)
+    assert [queue.pop() for _ in range(len(model))] == sorted(model) and queue.pop() is None
 
 
 def test_a_key_group_known_to_start_empty_writes_its_timers_in_one_batch_at_the_flush(column):
@@ -317,3 +351,11 @@ def test_key_group_partitioned_queue_bounds_stale_heads():
         queue.add(timer(i, "k", key_group=1))
     assert len(queue._heads) <= 2 * len(queue.queues) + 64 + 1
     assert queue.peek().timestamp == 1
+
+
+def test_encoding_many_timers_at_once_gives_each_ones_record():
+    """encode_records is encode_record inlined for batches: the same bytes, keys of several lengths included."""
+    timers = [timer(ts, key, kg, ns) for ts in (-2**63, -1, 0, 7, 2**63 - 1) for key in ("", "k", "a longer key")
+              for kg in (0, 3, 32767) for ns in NAMESPACES]
+    assert encode_records(timers) == [encode_record(t) for t in timers]
+    assert encode_records(iter(timers[:3])) == [encode_record(t) for t in timers[:3]] and encode_records([]) == []

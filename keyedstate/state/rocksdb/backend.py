@@ -327,13 +327,18 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
                 store.unbind(self.path)
             self._database.close()
 
-    def _open_database(self, reuse_existing: bool) -> None:
+    def _open_database(self, reuse_existing: bool, new: bool = False) -> None:
+        """Open the database at :attr:`path`; ``new``: the caller knows it is empty (a key group's first call)."""
         from dataclasses import replace
 
-        # raw columns are created by their first write (see RocksDBRawColumn)
+        families = [STATE_CF_PREFIX + name for name in self._states]
+        if new:
+            # raw columns are created by their first write (see RocksDBRawColumn); a new database creates those an
+            # earlier database of this backend had as it opens
+            families += [column.family_name for column in self._raw_columns.values()
+                         if isinstance(column, RocksDBRawColumn) and column.used]
         self._database = RocksDatabase(self.path, replace(self.options, reuse_existing=reuse_existing),
-                                       self.record_changes, [STATE_CF_PREFIX + name for name in self._states],
-                                       self.collect_on_close)
+                                       self.record_changes, families, self.collect_on_close)
         for store in self._stores():
             store.bind(self._database)
 

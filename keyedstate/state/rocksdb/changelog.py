@@ -29,12 +29,16 @@ Operation = tuple[int, str, bytes, Optional[bytes]]
 
 
 class ChangeLog:
-    """Operations in the order they reached RocksDB: ``(op, family name, key, value or range end or None)``."""
+    """Operations in the order they reached RocksDB: ``(op, family name, key, value or range end or None)``.
 
-    __slots__ = ("ops",)
+    ``distinct``: the caller knows no key occurs twice in one family and there is no range delete (a database's
+    contents as puts), so encoding keeps every operation without looking for later ones."""
 
-    def __init__(self, ops: Optional[list[Operation]] = None) -> None:
+    __slots__ = ("ops", "distinct")
+
+    def __init__(self, ops: Optional[list[Operation]] = None, distinct: bool = False) -> None:
         self.ops: list[Operation] = ops if ops is not None else []
+        self.distinct = distinct
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -44,6 +48,10 @@ class ChangeLog:
 
     def encode(self) -> bytes:
         ops = self.ops
+        if self.distinct:
+            indexes = {name: index for index, name in enumerate(dict.fromkeys(op[1] for op in ops))}
+            every = [item for op, family, key, value in ops for item in (op, indexes[family], key, value)]
+            return msgpack.packb([_VERSION, list(indexes), every], use_bin_type=True)
         last: dict[tuple[str, bytes], int] = {}
         for position, (op, family, key, _) in enumerate(ops):
             if op != DELETE_RANGE:

@@ -106,7 +106,7 @@ class RocksDatabase:
         ops: list[Operation] = []
         for name, family in self.column_families.items():
             ops += [(PUT, name, key, value) for key, value in family.items()]
-        return ChangeLog(ops)
+        return ChangeLog(ops, distinct=True)
 
     def _open_with_retry(self) -> None:
         os.makedirs(self.path, exist_ok=True)

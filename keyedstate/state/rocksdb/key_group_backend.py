@@ -57,7 +57,7 @@ class KeyGroupRocksDBBackend(RocksDBKeyedStateBackend):
             self.close_key_group()
         self.path = os.path.abspath(path)
         self.record_changes = record_changes
-        self._open_database(reuse_existing=True)
+        self._open_database(reuse_existing=True, new=not record_changes)
         self._bound_to_database()
         if not record_changes:
             for store in self._value_stores:

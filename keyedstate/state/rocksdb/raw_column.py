@@ -15,12 +15,15 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
     """An ordered bytes map in its own column family (the timer service keeps its queues here).
 
     The family is created by the first write: most functions use timers of one time domain only, and every column
-    family costs time at each open and flush of a key group's database. Until then reads find nothing."""
+    family costs time at each open and flush of a key group's database. Until then reads find nothing. Once a
+    column was written, a new database of its backend creates its family as it opens (``used``): at the open a
+    family costs a fraction of what creating it in an open database does."""
 
-    __slots__ = ("name",)
+    __slots__ = ("name", "used")
 
     def __init__(self, backend: Any, family_name: str, name: str) -> None:
         self.name = name
+        self.used = False
         super().__init__(backend, family_name, None, name)
 
     def bind(self, database: Any) -> None:
@@ -28,17 +31,23 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
         self.entries = self._handle = None
         self._existing()
 
+    @property
+    def family_name(self) -> str:
+        return self._family_name
+
     def _existing(self) -> Any:
         """The column family if the database has it (a replayed changelog may have created it), else None."""
         family = self._database.column_families.get(self._family_name)
         if family is not None:
             self.entries = family
             self._handle = self._database.handles[self._family_name]
+            self.used = True
         return family
 
     def _for_write(self) -> Any:
         if self.entries is None and self._existing() is None:
             super().bind(self._database)  # creates the column family
+            self.used = True
         return self.entries
 
     def get(self, key: bytes) -> bytes | None:
