@@ -23,12 +23,12 @@ read of the column, where a full cache would look up every register and delete b
 cache first shrinks it to ``cache_capacity``, so firing pops from a short list and reads the column in batches.
 
 A queue told its key group starts with no timers at all (:meth:`ColumnTimerQueue.defer_writes`: RocksDB mode's first
-call of a key group, whose database is new) does not even write through: it holds its timers as a heap queue does
-(a set, ``live``, and a heap of them with lazy deletion), and they reach the column in one batch at the service's
-flush before a snapshot (so before the key group's changes are taken), at its first pop, or when they outgrow the
-grown cache's limit; the sorted cache takes over from there. Registering a timer then costs a set insert and a heap
-push, as on the heap, and the compiled ``TimerFlush`` settles a run's calls by membership in ``live``, as it does
-for the heap.
+call of a key group, whose database is new) does not even write through: a heap queue
+(:class:`~timers.queue.HeapTimerQueue`: a set, ``live``, and a heap with lazy deletion) holds its timers, and they
+reach the column in one batch at the service's flush before a snapshot (so before the key group's changes are
+taken), at its first pop, or when they outgrow the grown cache's limit; the sorted cache takes over from there.
+Registering a timer then costs a set insert and a heap push, as on the heap, and the compiled ``TimerFlush`` settles
+a run's calls by membership in ``live``, as it does for the heap.
 
 So memory is O(key groups x cache_capacity) however many timers there are (a grown cache only holds timers added
 since the key group was empty): restoring a million timers reads only the heads. The number of timers is known
@@ -39,13 +39,12 @@ to date afterwards with a point lookup per uncached register / delete.
 from __future__ import annotations
 
 from bisect import bisect_left
-from heapq import heapify, heappop, heappush
 from itertools import islice
 from typing import Iterator, Optional
 
 from keyedstate.state.base.stores import RawColumn
 from timers.codec import decode_record, encode_record, encode_record_key, encode_records, key_group_end, key_group_start
-from timers.queue import COMPACT_SLACK
+from timers.queue import HeapTimerQueue
 from timers.timer import InternalTimer
 
 __all__ = ["ColumnTimerQueue", "DEFAULT_CACHE_CAPACITY"]
@@ -85,11 +84,11 @@ class ColumnTimerQueue:
         self._pending = 0
         self._pending_first = b""
         self._pending_last = b""
-        # While no timer is written to the column yet (defer_writes): the timers as a set, else None (the compiled
-        # TimerFlush settles a run's calls by membership in it), and as a heap with lazy deletion, whose top is always
-        # in ``live``; ``cache`` is unused until they are written.
+        # While no timer is written to the column yet (defer_writes): a heap queue holds them, and ``live`` is its set
+        # (the compiled TimerFlush settles a run's calls by membership in it); else None. ``cache`` is unused until
+        # they are written.
+        self._held: Optional[HeapTimerQueue] = None
         self.live: Optional[set[InternalTimer]] = None
-        self._held: list[InternalTimer] = []
 
     def defer_writes(self) -> None:
         """Hold new timers in memory only; the next flush, pop or iteration writes them all.
@@ -97,13 +96,15 @@ class ColumnTimerQueue:
         The caller knows that the key group has no timer in the column (see the module docstring)."""
         if self.cache or self._pending:
             raise ValueError(f"key group {self.key_group} has timers: only a queue that starts empty defers writes")
-        self.complete, self.count, self.live, self._held = True, 0, set(), []
+        self._held = HeapTimerQueue()
+        self.complete, self.count = True, 0
+        self.live = self._held.live  # type: ignore[assignment]  # the tuples it is given: timers, as the cache's
 
     def _write_held(self, keep: bool = True) -> bool:
         """Write the held timers (:meth:`defer_writes`) and hand over to the cache: all of them, sorted, as a grown
         cache holds them (past its limit, the smallest ``capacity``), or without ``keep`` none of them (the next
         read of the head refills it from the column); whether there were any."""
-        live, self.live, self._held = self.live, None, []
+        live, self.live, self._held = self.live, None, None
         if not live:
             return False
         self.column.put_many(encode_records(live))  # in any order: RocksDB sorts them
@@ -151,19 +152,16 @@ class ColumnTimerQueue:
 
     def add(self, timer: InternalTimer) -> bool:
         """Register ``timer`` (write-through); return True when it became the head. A duplicate is a no-op."""
-        live = self.live
-        if live is not None:
-            size = len(live)
-            live.add(timer)  # one hash instead of a membership test and an add
-            if len(live) == size:
+        held = self._held
+        if held is not None:
+            size = len(held)
+            became_head = held.add(timer)
+            if len(held) == size:
                 return False
             self.count += 1  # type: ignore[operator]  # counted from 0 while held
-            held = self._held
-            heappush(held, timer)
-            head = held[0]
             if size >= self.complete_capacity:
                 self._write_held()
-            return head is timer or head == timer
+            return became_head
         if self._pending:
             self.flush_deletes()
         cache = self.cache
@@ -192,20 +190,11 @@ class ColumnTimerQueue:
 
     def remove(self, timer: InternalTimer) -> bool:
         """Delete ``timer``; return whether it was registered (an unknown timer is a silent no-op)."""
-        live = self.live
-        if live is not None:
-            if timer not in live:
+        held = self._held
+        if held is not None:
+            if not held.remove(timer):
                 return False
-            live.remove(timer)
             self.count -= 1  # type: ignore[operator]  # counted from 0 while held
-            held = self._held
-            if held[0] == timer:  # the top must stay a held timer: drop the deleted ones above the next
-                heappop(held)
-                while held and held[0] not in live:
-                    heappop(held)
-            if len(held) > 2 * len(live) + COMPACT_SLACK:
-                held[:] = live
-                heapify(held)
             return True
         if self._pending:
             self.flush_deletes()
@@ -261,9 +250,8 @@ class ColumnTimerQueue:
 
     def peek(self) -> Optional[InternalTimer]:
         """The earliest timer of the key group, or None."""
-        if self.live is not None:
-            held = self._held
-            return held[0] if held else None
+        if self._held is not None:
+            return self._held.peek()  # type: ignore[return-value]  # (see defer_writes)
         cache = self.cache
         if cache:
             return cache[0]
@@ -302,7 +290,7 @@ class ColumnTimerQueue:
 
     def clear(self) -> None:
         self._pending = 0
-        self.live, self._held = None, []
+        self.live, self._held = None, None
         self.column.delete_range(self._start, self._end)
         self.cache = []
         self._resume = None

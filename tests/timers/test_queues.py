@@ -159,7 +159,7 @@ def test_held_timers_answer_as_the_model_until_written_and_are_written_exactly(c
             model.difference_update(chosen)
         assert queue.peek() == (min(model) if model else None)
         assert len(queue) == len(model) and (t in queue) == (t in model)
-        assert len(queue._held) <= 2 * len(model) + COMPACT_SLACK  # deleted timers do not pile up
+        assert len(queue._held.heap) <= 2 * len(model) + COMPACT_SLACK  # deleted timers do not pile up
     assert queue.live == model and list(column.items()) == []
     assert queue.flush_deletes() is bool(model)
     assert queue.live is None and sorted(decode_record(k, v) for k, v in column.items()) == sorted(model)
