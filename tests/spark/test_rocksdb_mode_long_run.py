@@ -25,8 +25,16 @@ RETAIN = 10
 
 
 def tree_size(directory: Path) -> tuple[int, int]:
-    files = [p for p in directory.rglob("*") if p.is_file()] if directory.exists() else []
-    return len(files), sum(p.stat().st_size for p in files)
+    """Files and bytes under ``directory``. A worker may delete a database it no longer keeps while this walks (an
+    empty key group's, when its holder closes it): a file gone before its size is read is not counted."""
+    sizes = []
+    for path in directory.rglob("*") if directory.exists() else ():
+        try:
+            if path.is_file():
+                sizes.append(path.stat().st_size)
+        except FileNotFoundError:
+            pass
+    return len(sizes), sum(sizes)
 
 
 def test_300_batches_stay_bounded_and_every_retained_batch_restores(spark, tmp_path, s3):
