@@ -6,8 +6,8 @@
  * everything else (no current key, a value that needs the type check, a timestamp that is not a plain int in
  * range) to the Python implementation they were built with, which stays the definition of the behaviour: see
  * keyedstate/fastpath.py.
- * TimerFlush applies a key's collected timer calls to the heap timer queues the same way, and rows_from_columns
- * builds the Spark group function's element Rows.
+ * TimerFlush applies a key's collected timer calls to the heap timer queues the same way, rows_from_columns
+ * builds the Spark group function's element Rows, and encode_timer_records a batch of timers' raw-column records.
  *
  * No attribute name is written here: every object whose attributes are read is passed in at construction, together
  * with the names of the attributes to read, which the Python side takes from where they are declared (the key
@@ -15,7 +15,7 @@
  * fails at construction instead of silently taking the slow path.
  *
  * One extension module built from the files of this folder (setup.py compiles every *.c here): one file per type,
- * rows_from_columns, and module.c, which registers them. This header is what they share.
+ * rows_from_columns, encode_timer_records, and module.c, which registers them. This header is what they share.
  */
 #ifndef KEYEDSTATE_FASTPATH_H
 #define KEYEDSTATE_FASTPATH_H
@@ -51,6 +51,8 @@ not_initialized(const void *field, const char *type_name)
 
 /* rows_from_columns.c */
 FASTPATH_INTERNAL PyObject *rows_from_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+/* timer_records.c */
+FASTPATH_INTERNAL PyObject *encode_timer_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* one file each */
 FASTPATH_INTERNAL extern PyTypeObject HeapValueAccessType;

@@ -33,6 +33,8 @@ attribute_name(PyObject *name, PyObject *owner, const char *type_name)
 static PyMethodDef module_methods[] = {
     {"rows_from_columns", (PyCFunction)(void (*)(void))rows_from_columns, METH_FASTCALL,
      "rows_from_columns(row_type, columns) -> [row_type(values at i) for each position i of the columns]"},
+    {"encode_timer_records", (PyCFunction)(void (*)(void))encode_timer_records, METH_FASTCALL,
+     "encode_timer_records(timers, version, fallback) -> [(key, value) raw-column record of each timer]"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -127,8 +127,9 @@ def test_a_database_opened_empty_without_recording_hands_out_its_whole_content_a
     replica.replay(ChangeLog.decode(changes.encode(), "test"))
     assert everything(replica) == expected and sorted(replica.stored_state_names()) == ["count", "events", "kinds"]
     replica.close()
-    # the whole content has each key once: encoded without looking for later writes, to the same bytes
-    assert changes.distinct and changes.encode() == ChangeLog(list(changes.ops)).encode()
+    # kept as each family's keys and values: encoded to the bytes the same puts as operations encode to
+    assert changes.encode() == ChangeLog(list(changes.ops)).encode()
+    assert len(changes) == len(changes.ops) and bool(changes) and not ChangeLog.of_contents([("state:x", [], [])])
 
 
 def test_a_settled_database_attached_again_by_another_backend_is_checked_against_its_states(tmp_path):

@@ -359,3 +359,34 @@ def test_encoding_many_timers_at_once_gives_each_ones_record():
               for kg in (0, 3, 32767) for ns in NAMESPACES]
     assert encode_records(timers) == [encode_record(t) for t in timers]
     assert encode_records(iter(timers[:3])) == [encode_record(t) for t in timers[:3]] and encode_records([]) == []
+
+
+@pytest.mark.compiled_only
+def test_the_compiled_record_encoder_is_a_twin_of_the_python_one():
+    """``encode_timer_records`` gives encode_record's bytes; a timer it does not encode itself (a timestamp that is
+    not a plain int of 64 bits, a key prefix shorter than its key group) goes to encode_record, errors included."""
+    from keyedstate.fastpath import fastpath
+    from timers.codec import RECORD_FORMAT_VERSION, _encode_records
+
+    assert fastpath is not None
+
+    def compiled(timers):
+        return fastpath.encode_timer_records(timers, RECORD_FORMAT_VERSION, encode_record)
+
+    rng = random.Random(5)
+    timers = [timer(rng.choice([-2**63, -1, 0, 2**63 - 1, rng.randrange(-2**63, 2**63)]), "k" * rng.randrange(0, 300),
+                    rng.randrange(0, 32768), rng.choice(NAMESPACES)) for _ in range(2000)]
+    assert compiled(timers) == _encode_records(timers) == [encode_record(t) for t in timers]
+    assert compiled(set(timers[:50])) == _encode_records(set(timers[:50])) and compiled(iter(())) == []
+
+    class Stamp(int):
+        pass
+
+    odd = [(True, b"\x00\x01k", b""), (Stamp(7), b"\x00\x01k", b""), (7, bytearray(b"\x00\x01k"), b"")]
+    assert compiled(odd + timers[:2]) == [encode_record(t) for t in odd + timers[:2]]
+    out_of_range = [(2**63, b"\x00\x01k", b""), (-2**63 - 1, b"\x00\x01k", b"")]
+    for bad in out_of_range + [(1, b"\x00", b""), (1.5, b"\x00\x01", b"")]:
+        with pytest.raises(Exception) as python_error:
+            encode_record(bad)
+        with pytest.raises(type(python_error.value), match=str(python_error.value)):
+            compiled(timers[:3] + [bad])

@@ -14,6 +14,7 @@ of a batch costs one entry).
 
 from __future__ import annotations
 
+from itertools import chain, repeat
 from typing import Any, Optional
 
 import msgpack
@@ -31,27 +32,44 @@ Operation = tuple[int, str, bytes, Optional[bytes]]
 class ChangeLog:
     """Operations in the order they reached RocksDB: ``(op, family name, key, value or range end or None)``.
 
-    ``distinct``: the caller knows no key occurs twice in one family and there is no range delete (a database's
-    contents as puts), so encoding keeps every operation without looking for later ones."""
+    :meth:`of_contents` makes the log of a database's whole content, which it keeps as each family's keys and
+    values: encoding it builds no operation per entry and looks for no later write of a key (there is none)."""
 
-    __slots__ = ("ops", "distinct")
+    __slots__ = ("_ops", "_contents")
 
-    def __init__(self, ops: Optional[list[Operation]] = None, distinct: bool = False) -> None:
-        self.ops: list[Operation] = ops if ops is not None else []
-        self.distinct = distinct
+    def __init__(self, ops: Optional[list[Operation]] = None) -> None:
+        self._ops: Optional[list[Operation]] = ops if ops is not None else []
+        self._contents: Optional[list[tuple[str, list[bytes], list[bytes]]]] = None
+
+    @classmethod
+    def of_contents(cls, families: list[tuple[str, list[bytes], list[bytes]]]) -> "ChangeLog":
+        """Puts of every entry of ``families``: ``(family name, its keys, their values)``, each key once and no
+        range delete (a database's content)."""
+        log = cls()
+        log._ops, log._contents = None, families
+        return log
+
+    @property
+    def ops(self) -> list[Operation]:
+        if self._ops is None:
+            assert self._contents is not None
+            self._ops = [(PUT, name, key, value) for name, keys, values in self._contents
+                         for key, value in zip(keys, values)]
+        return self._ops
 
     def __len__(self) -> int:
-        return len(self.ops)
+        if self._ops is None:
+            assert self._contents is not None
+            return sum(len(keys) for _, keys, _ in self._contents)
+        return len(self._ops)
 
     def __bool__(self) -> bool:
-        return bool(self.ops)
+        return len(self) > 0
 
     def encode(self) -> bytes:
-        ops = self.ops
-        if self.distinct:
-            indexes = {name: index for index, name in enumerate(dict.fromkeys(op[1] for op in ops))}
-            every = [item for op, family, key, value in ops for item in (op, indexes[family], key, value)]
-            return msgpack.packb([_VERSION, list(indexes), every], use_bin_type=True)
+        if self._ops is None:
+            return self._encode_contents()
+        ops = self._ops
         last: dict[tuple[str, bytes], int] = {}
         for position, (op, family, key, _) in enumerate(ops):
             if op != DELETE_RANGE:
@@ -66,6 +84,17 @@ class ChangeLog:
                 index = families[family] = len(families)
             flat += (op, index, key, value)
         return msgpack.packb([_VERSION, list(families), flat], use_bin_type=True)
+
+    def _encode_contents(self) -> bytes:
+        assert self._contents is not None
+        names: list[str] = []
+        flat: list[Any] = []
+        for name, keys, values in self._contents:
+            if keys:
+                count = len(keys)
+                flat += chain.from_iterable(zip(repeat(PUT, count), repeat(len(names), count), keys, values))
+                names.append(name)
+        return msgpack.packb([_VERSION, names, flat], use_bin_type=True)
 
     @classmethod
     def decode(cls, data: bytes, where: str) -> "ChangeLog":

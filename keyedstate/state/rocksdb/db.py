@@ -16,7 +16,7 @@ from typing import Any, Iterable, Optional
 import rocksdict
 
 from keyedstate.errors import KeyedStateError, StateBackendLockedError
-from keyedstate.state.rocksdb.changelog import PUT, ChangeLog, Operation, RecordingBatch, RecordingFamily
+from keyedstate.state.rocksdb.changelog import ChangeLog, Operation, RecordingBatch, RecordingFamily
 from keyedstate.state.rocksdb.errors import is_lock_error, translate
 from keyedstate.state.rocksdb.options import RocksDBOptions
 
@@ -103,10 +103,9 @@ class RocksDatabase:
 
     def contents_as_changes(self) -> ChangeLog:
         """Everything the database holds as puts: the changes of a database that was opened empty."""
-        ops: list[Operation] = []
-        for name, family in self.column_families.items():
-            ops += [(PUT, name, key, value) for key, value in family.items()]
-        return ChangeLog(ops, distinct=True)
+        # keys and values read apart: two scans of the memtables cost less than a (key, value) tuple per entry
+        return ChangeLog.of_contents([(name, list(family.keys()), list(family.values()))
+                                      for name, family in self.column_families.items()])
 
     def _open_with_retry(self) -> None:
         os.makedirs(self.path, exist_ok=True)
