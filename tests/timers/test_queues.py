@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -388,5 +389,5 @@ def test_the_compiled_record_encoder_is_a_twin_of_the_python_one():
     for bad in out_of_range + [(1, b"\x00", b""), (1.5, b"\x00\x01", b"")]:
         with pytest.raises(Exception) as python_error:
             encode_record(bad)
-        with pytest.raises(type(python_error.value), match=str(python_error.value)):
+        with pytest.raises(type(python_error.value), match=re.escape(str(python_error.value))):
             compiled(timers[:3] + [bad])
