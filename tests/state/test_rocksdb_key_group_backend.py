@@ -206,3 +206,24 @@ def test_a_new_database_has_the_raw_columns_an_earlier_one_was_written_in_from_i
     backend.open_key_group(str(tmp_path / "stored"), record_changes=True)  # a stored database: opened as it is
     assert written.family_name not in backend.database.column_families
     backend.close()
+
+
+def test_a_new_database_kept_open_after_its_first_call_keeps_that_content_in_memory_and_records_what_follows(
+        tmp_path):
+    """rocksdict flushes a column family when an object that handed it out is dropped: starting to record must not
+    re-fetch the families, or every first call would write its whole content to SST files on the way out."""
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
+    count, _, _ = register(backend)
+    backend.open_key_group(str(tmp_path / "fresh"), record_changes=False)
+    write_some(backend, ["a", "b"], 1)
+    first = everything(backend)
+    assert backend.take_changes()
+    backend.start_recording()
+    database = backend.detach_key_group()  # kept open for the next call
+    assert database.live_sst_files() == {}  # nothing flushed: the first call's content is stored already
+    backend.attach_key_group(database)
+    assert everything(backend) == first
+    backend.set_current_key("a")
+    count.update(41)
+    assert [(op, family) for op, family, _, _ in backend.take_changes().ops] == [(PUT, "state:count")]
+    backend.close()

@@ -95,11 +95,16 @@ class RocksDatabase:
 
     def start_recording(self) -> None:
         """Record every write from now on (a database opened empty whose content was just stored whole); the
-        column family objects handed out before must be fetched again."""
+        column family objects handed out before must be fetched again.
+
+        The families it holds are wrapped, not fetched again: rocksdict flushes a column family when the object
+        that handed it out is dropped, so re-fetching would write every memtable of the new database to SST files
+        at the end of its first call (the data is durable in storage already; memtables are flushed when the
+        memtable budget or a base snapshot calls for it, and at close)."""
         if self._recorded is None:
-            self._recorded = []
-            for name in list(self.column_families):
-                self._bind(name)
+            recorded = self._recorded = []
+            for name, family in list(self.column_families.items()):
+                self.column_families[name] = RecordingFamily(family, name, recorded)
 
     def contents_as_changes(self) -> ChangeLog:
         """Everything the database holds as puts: the changes of a database that was opened empty."""
