@@ -13,10 +13,7 @@ differences documented in docs/concepts.md).
 
 from __future__ import annotations
 
-import atexit
 import logging
-import shutil
-import tempfile
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, TypedDict, Union
 
 from keyedstate.api.process_function import KeyedProcessFunction
@@ -31,6 +28,7 @@ from keyedstate.state.descriptors import StateDescriptor
 from keyedstate.state.heap import HeapKeyedStateBackend
 from keyedstate.testing.clock import ManualClock
 from keyedstate.testing.snapshots import HarnessSnapshot, harness_store
+from keyedstate.testing.temporary import remove_temporary_directory, temporary_directory
 from timers import to_epoch_millis, to_time_bound
 
 if TYPE_CHECKING:
@@ -65,17 +63,6 @@ class HarnessSettings(RestoreSettings, total=False):
     checkpoint_dir: Optional[str]
     initial_processing_time: int
     max_parallelism: Optional[int]
-
-# Temporary checkpoint directories of closed harnesses whose snapshots another harness may still restore: a snapshot
-# lives only in this process, so its files go when the process ends (not with the harness).
-_KEPT_TEMPORARY_CHECKPOINTS: list[str] = []
-
-
-@atexit.register
-def _remove_kept_temporary_checkpoints() -> None:
-    for path in _KEPT_TEMPORARY_CHECKPOINTS:
-        shutil.rmtree(path, ignore_errors=True)
-
 
 def key_selector_function(selector: Any, what: str = "key_selector") -> Callable[[Any], Any]:
     """``selector`` (a callable or a PyFlink ``KeySelector``) as a plain function ``value -> key``."""
@@ -151,7 +138,7 @@ class KeyedHarnessBase:
         self._opened = False
 
     def _temp_dir(self, prefix: str) -> str:
-        path = tempfile.mkdtemp(prefix=prefix)
+        path = temporary_directory(prefix)
         self._temp_dirs.append(path)
         return path
 
@@ -307,7 +294,8 @@ class KeyedHarnessBase:
         return harness
 
     def close(self) -> None:
-        """Call the function's ``close`` and release the backend and temporary directories."""
+        """Call the function's ``close`` and release the backend and temporary directories (those of snapshots
+        taken here stay until the process exits: another harness may restore them)."""
         try:
             if self.operator is not None and self._opened:
                 self.operator.close()
@@ -316,10 +304,10 @@ class KeyedHarnessBase:
             if self._store is not None:
                 self._store.close()
             for path in self._temp_dirs:
-                if path == self._checkpoint_dir and self._keeps_checkpoints():
-                    _KEPT_TEMPORARY_CHECKPOINTS.append(path)
-                else:
-                    shutil.rmtree(path, ignore_errors=True)
+                # snapshots taken here live in this process: another harness may restore them after this one closes,
+                # so their directory goes when the process exits
+                if path != self._checkpoint_dir or not self._keeps_checkpoints():
+                    remove_temporary_directory(path)
             self._temp_dirs.clear()
 
     def _keeps_checkpoints(self) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
@@ -29,6 +28,7 @@ from keyedstate.state.rocksdb.backend import RocksDBKeyedStateBackend
 from keyedstate.state.rocksdb.changelog import DELETE_RANGE, ChangeLog, Operation
 from keyedstate.state.rocksdb.db import DEFAULT_CF, RAW_CF_PREFIX, STATE_CF_PREFIX, RocksDatabase
 from keyedstate.state.rocksdb.versions import KeyGroupVersions, SnapshotPolicy, VersionRecord
+from keyedstate.testing.temporary import remove_temporary_directory, temporary_directory
 
 __all__ = ["HarnessSnapshot", "HarnessRowStore", "HarnessRocksDBStore", "harness_store"]
 
@@ -159,7 +159,7 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
         self.whole: set[int] = set()  # opened with no version: all they hold is their changes
         self.key_group = -1
         self.attached = False
-        self._work = tempfile.mkdtemp(prefix="keyedstate-harness-snapshot-")
+        self._work = temporary_directory("keyedstate-harness-snapshot-")
 
     def snapshot(self, checkpoint_id: int, timer_service: Any) -> dict[int, tuple[Any, ...]]:
         self.harness.prepare_snapshot()
@@ -202,7 +202,7 @@ class HarnessRocksDBStore(RocksDBKeyGroupStore):
             self.rows.pop(key_group, None)
 
     def close(self) -> None:
-        shutil.rmtree(self._work, ignore_errors=True)
+        remove_temporary_directory(self._work)
 
     def versions(self, key_group: int, record: Optional[VersionRecord],
                  batch_id: Optional[int]) -> tuple[KeyGroupVersions, KeyGroupVersions]:
