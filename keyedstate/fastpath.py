@@ -7,7 +7,8 @@ without one the install still succeeds), these calls run in C for the common cas
 implementation for everything else. So do two steps the Spark group function takes per key or element: applying a
 key's collected timer calls to timer queues that keep their timers as a set (the heap's, and RocksDB mode's for a key
 group's first call), and building the ``Row`` each element is handed as; and so does encoding a batch of timers as
-raw-column records (a key group's first call in RocksDB mode writes every timer it holds). The Python code stays the
+raw-column records (a key group's first call in RocksDB mode writes every timer it holds), and encoding a new key
+group database's whole content as a changelog (what that first call stores). The Python code stays the
 definition of the behaviour, and the test suite runs the affected specifications both ways.
 The C code names no attribute: the objects it reads are passed to its constructors with the names to read, taken
 from their declarations (see ``docs/architecture.md``).

@@ -7,7 +7,8 @@
  * range) to the Python implementation they were built with, which stays the definition of the behaviour: see
  * keyedstate/fastpath.py.
  * TimerFlush applies a key's collected timer calls to the heap timer queues the same way, rows_from_columns
- * builds the Spark group function's element Rows, and encode_timer_records a batch of timers' raw-column records.
+ * builds the Spark group function's element Rows, encode_timer_records a batch of timers' raw-column records, and
+ * encode_changelog_contents the stored changelog of a new RocksDB database's whole content.
  *
  * No attribute name is written here: every object whose attributes are read is passed in at construction, together
  * with the names of the attributes to read, which the Python side takes from where they are declared (the key
@@ -15,7 +16,7 @@
  * fails at construction instead of silently taking the slow path.
  *
  * One extension module built from the files of this folder (setup.py compiles every *.c here): one file per type,
- * rows_from_columns, encode_timer_records, and module.c, which registers them. This header is what they share.
+ * rows_from_columns, encode_timer_records, encode_changelog_contents, and module.c, which registers them. This header is what they share.
  */
 #ifndef KEYEDSTATE_FASTPATH_H
 #define KEYEDSTATE_FASTPATH_H
@@ -53,6 +54,8 @@ not_initialized(const void *field, const char *type_name)
 FASTPATH_INTERNAL PyObject *rows_from_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 /* timer_records.c */
 FASTPATH_INTERNAL PyObject *encode_timer_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+/* changelog_contents.c */
+FASTPATH_INTERNAL PyObject *encode_changelog_contents(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
 /* one file each */
 FASTPATH_INTERNAL extern PyTypeObject HeapValueAccessType;

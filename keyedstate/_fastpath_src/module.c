@@ -35,6 +35,8 @@ static PyMethodDef module_methods[] = {
      "rows_from_columns(row_type, columns) -> [row_type(values at i) for each position i of the columns]"},
     {"encode_timer_records", (PyCFunction)(void (*)(void))encode_timer_records, METH_FASTCALL,
      "encode_timer_records(timers, version, fallback) -> [(key, value) raw-column record of each timer]"},
+    {"encode_changelog_contents", (PyCFunction)(void (*)(void))encode_changelog_contents, METH_FASTCALL,
+     "encode_changelog_contents(families, version, put, fallback) -> msgpack bytes of a database's content as puts"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,14 +4,17 @@ base snapshot is taken."""
 
 from __future__ import annotations
 
+import random
 import shutil
 
+import msgpack
 import pytest
 
 from keyedstate import ListStateDescriptor, MapStateDescriptor, StateTtlConfig, Time, Types, ValueStateDescriptor
 from keyedstate.errors import SnapshotCorruptedError, StateTypeMismatchError
 from keyedstate.state.rocksdb import RocksDBKeyedStateBackend, RocksDBOptions
 from keyedstate.state.rocksdb.changelog import DELETE, DELETE_RANGE, PUT, ChangeLog
+from keyedstate.state.rocksdb.db import RocksDatabase
 from keyedstate.state.rocksdb.key_group_backend import KeyGroupRocksDBBackend
 
 DESCRIPTORS = (
@@ -115,6 +118,43 @@ def test_a_stored_changelog_keeps_only_each_keys_last_point_write_and_every_rang
         (DELETE_RANGE, "s", b"k", b"l"), (PUT, "s", b"k1", b"3"), (PUT, "t", b"k1", b"x"), (DELETE, "s", b"k2", None)]
 
 
+@pytest.mark.compiled_only
+def test_the_compiled_content_encoder_is_a_twin_of_the_python_one():
+    """``encode_changelog_contents`` gives ``_encode_contents``' bytes at every msgpack length boundary; anything
+    else than (str, bytes keys, bytes values of the same count) goes to the Python encoder, errors included."""
+    from keyedstate.fastpath import fastpath
+    from keyedstate.state.rocksdb.changelog import _VERSION, _encode_contents
+
+    assert fastpath is not None
+
+    def compiled(families):
+        return fastpath.encode_changelog_contents(families, _VERSION, PUT, _encode_contents)
+
+    rng = random.Random(3)
+    sizes = [0, 1, 31, 32, 255, 256, 65535, 65536]
+    families = [(name, [rng.randbytes(size) for size in sizes], [rng.randbytes(size) for size in reversed(sizes)])
+                for name in ["state:a", "", "s" * 31, "s" * 32, "n" * 255, "n" * 256, "é" * 40000]]
+    families += [("empty", [], []), ("tuples", (b"k",), (b"v",))]
+    families += [(f"state:{n}", [b"%d" % i for i in range(n)], [b"v"] * n) for n in (15, 16, 4000, 17000)]
+    families += [(f"many:{n}", [b"k"], [b"v"]) for n in range(130)]  # name indexes past 127 and 255
+    for chosen in ([], families[:1], families[:2], families[6:9], families, families[-140:]):
+        encoded = compiled(list(chosen))
+        assert encoded == _encode_contents(list(chosen))
+        assert msgpack.unpackb(encoded, raw=False)[1] == [name for name, keys, _ in chosen if keys]
+    odd = [[("state:a", [b"k", bytearray(b"b")], [b"1", b"2"])], [("state:a", [b"k"], [b"1", b"2"])],
+           [("state:a", [b"k"], [memoryview(b"1")])], [["state:a", [b"k"], [b"1"]]],
+           [("state:a", iter([b"k"]), [b"1"])]]
+    for families_ in odd:
+        try:
+            expected = _encode_contents(families_)
+        except Exception as python_error:
+            with pytest.raises(type(python_error)):
+                compiled(families_)
+        else:
+            assert compiled(families_) == expected
+    assert compiled(tuple(families[:2])) == _encode_contents(tuple(families[:2]))
+
+
 def test_a_database_opened_empty_without_recording_hands_out_its_whole_content_as_the_changes(tmp_path):
     backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
     register(backend)
@@ -130,6 +170,72 @@ def test_a_database_opened_empty_without_recording_hands_out_its_whole_content_a
     # kept as each family's keys and values: encoded to the bytes the same puts as operations encode to
     assert changes.encode() == ChangeLog(list(changes.ops)).encode()
     assert len(changes) == len(changes.ops) and bool(changes) and not ChangeLog.of_contents([("state:x", [], [])])
+
+
+def test_a_new_database_hands_back_what_it_was_given_in_one_batch_per_family_without_reading_it_back(tmp_path):
+    """Reading a first call's whole content back costs about a twentieth of the call: the entries written whole
+    are the content, in the order they were written, as long as nothing else wrote to the database."""
+    database = RocksDatabase(str(tmp_path / "new"), RocksDBOptions(reuse_existing=True), families=["state:a"],
+                             capture_content=True)
+    database.put_entries("state:a", [b"k2", b"k1"], [b"2", b"1"])
+    database.put_entries("default", [b"m"], [b"meta"])
+    assert database.contents_as_changes().ops == [
+        (PUT, "state:a", b"k2", b"2"), (PUT, "state:a", b"k1", b"1"), (PUT, "default", b"m", b"meta")]
+    database.close()
+
+
+@pytest.mark.parametrize("other_write", [
+    lambda db: db.column_families["state:a"].delete(b"k1"),
+    lambda db: db.column_families["state:a"].delete(b"missing"),  # changes nothing, still an operation
+    lambda db: db.column_families["state:a"].put(b"k1", b"changed"),
+    lambda db: db.column_families["state:a"].delete_range(b"k", b"l"),
+    lambda db: db.put_entries("state:a", [b"k1"], [b"again"]),  # the same family written twice
+    lambda db: db.drop_column_family("state:b"),
+], ids=["delete", "delete of a missing key", "single put", "range delete", "second batch", "dropped family"])
+def test_a_new_database_written_any_other_way_reads_its_content_back(tmp_path, other_write):
+    database = RocksDatabase(str(tmp_path / "new"), RocksDBOptions(reuse_existing=True),
+                             families=["state:a", "state:b"], capture_content=True)
+    database.put_entries("state:a", [b"k2", b"k1"], [b"2", b"1"])
+    database.put_entries("state:b", [b"x"], [b"y"])
+    other_write(database)
+    content = sorted((name, key, value) for name, family in database.column_families.items()
+                     for key, value in family.items())
+    assert sorted((name, key, value) for _, name, key, value in database.contents_as_changes().ops) == content
+    database.close()
+
+
+def test_only_a_database_that_starts_empty_and_unrecorded_captures_its_content(tmp_path):
+    stored = RocksDatabase(str(tmp_path / "stored"), RocksDBOptions(reuse_existing=True), families=["state:a"])
+    stored.put_entries("state:a", [b"old"], [b"0"])
+    stored.close()
+    reopened = RocksDatabase(str(tmp_path / "stored"), RocksDBOptions(reuse_existing=True), capture_content=True)
+    reopened.put_entries("state:a", [b"new"], [b"1"])
+    assert [key for _, _, key, _ in reopened.contents_as_changes().ops] == [b"new", b"old"]  # sorted: read back
+    reopened.close()
+
+
+def test_a_first_call_of_value_states_and_timers_stores_exactly_the_new_databases_content(tmp_path):
+    backend = KeyGroupRocksDBBackend(tmp_path / "idle", num_key_groups=4)
+    count = backend.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    timers = backend.raw_column("_timer_state/event_t")
+    backend.open_key_group(str(tmp_path / "fresh"), record_changes=False)
+    for key in ["b", "a", "c"]:
+        backend.set_current_key(key)
+        count.update(len(key) + 40)
+    timers.put_many([(b"\x00\x02t2", b"x"), (b"\x00\x01t1", b"y")])
+    backend.set_current_key("c")
+    count.clear()  # after the values were written whole: this delete makes the database read back its content
+    backend.set_current_key("a")
+    count.update(7)
+    expected = everything(backend)
+    changes = ChangeLog.decode(backend.take_changes().encode(), "test")
+    backend.close()
+    replica = RocksDBKeyedStateBackend(tmp_path / "replica", num_key_groups=4)
+    replica.get_or_create_state(ValueStateDescriptor("count", Types.LONG()))
+    replica.replay(changes)
+    assert everything(replica) == expected == {"count": sorted(expected["count"])} and len(expected["count"]) == 2
+    assert sorted(replica.raw_column("_timer_state/event_t").items()) == [(b"\x00\x01t1", b"y"), (b"\x00\x02t2", b"x")]
+    replica.close()
 
 
 def test_a_settled_database_attached_again_by_another_backend_is_checked_against_its_states(tmp_path):

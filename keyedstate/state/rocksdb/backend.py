@@ -181,10 +181,14 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
 
     def _write_metadata(self, metadata: Sequence[StateMetadata]) -> None:
         default = self._database.column_families[DEFAULT_CF]
+        keys, values = [], []
         for item in metadata:
             key, value = METADATA_PREFIX + item.name.encode(), json.dumps(item.to_json()).encode()
             if default.get(key) != value:  # unchanged metadata is not written again (nor recorded as a change)
-                default.put(key, value)
+                keys.append(key)
+                values.append(value)
+        if keys:
+            self._database.put_entries(DEFAULT_CF, keys, values)
 
     def _family_of_state(self, state_name: str) -> Any:
         self.write_pending_values()
@@ -338,7 +342,7 @@ class RocksDBKeyedStateBackend(KeyedStateBackend):
             families += [column.family_name for column in self._raw_columns.values()
                          if isinstance(column, RocksDBRawColumn) and column.used]
         self._database = RocksDatabase(self.path, replace(self.options, reuse_existing=reuse_existing),
-                                       self.record_changes, families, self.collect_on_close)
+                                       self.record_changes, families, self.collect_on_close, capture_content=new)
         for store in self._stores():
             store.bind(self._database)
 

@@ -15,11 +15,12 @@ of a batch costs one entry).
 from __future__ import annotations
 
 from itertools import chain, repeat
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import msgpack
 
 from keyedstate.errors import SnapshotCorruptedError
+from keyedstate.fastpath import fastpath
 
 __all__ = ["ChangeLog", "RecordingFamily", "RecordingBatch", "PUT", "DELETE", "DELETE_RANGE"]
 
@@ -39,10 +40,10 @@ class ChangeLog:
 
     def __init__(self, ops: Optional[list[Operation]] = None) -> None:
         self._ops: Optional[list[Operation]] = ops if ops is not None else []
-        self._contents: Optional[list[tuple[str, list[bytes], list[bytes]]]] = None
+        self._contents: Optional[list[tuple[str, Sequence[bytes], Sequence[bytes]]]] = None
 
     @classmethod
-    def of_contents(cls, families: list[tuple[str, list[bytes], list[bytes]]]) -> "ChangeLog":
+    def of_contents(cls, families: list[tuple[str, Sequence[bytes], Sequence[bytes]]]) -> "ChangeLog":
         """Puts of every entry of ``families``: ``(family name, its keys, their values)``, each key once and no
         range delete (a database's content)."""
         log = cls()
@@ -87,14 +88,9 @@ class ChangeLog:
 
     def _encode_contents(self) -> bytes:
         assert self._contents is not None
-        names: list[str] = []
-        flat: list[Any] = []
-        for name, keys, values in self._contents:
-            if keys:
-                count = len(keys)
-                flat += chain.from_iterable(zip(repeat(PUT, count), repeat(len(names), count), keys, values))
-                names.append(name)
-        return msgpack.packb([_VERSION, names, flat], use_bin_type=True)
+        if fastpath is not None:
+            return fastpath.encode_changelog_contents(self._contents, _VERSION, PUT, _encode_contents)
+        return _encode_contents(self._contents)
 
     @classmethod
     def decode(cls, data: bytes, where: str) -> "ChangeLog":
@@ -134,6 +130,20 @@ class ChangeLog:
                 batch = database.new_batch(record=False)
         if len(batch):
             database.write(batch)
+
+
+def _encode_contents(families: list[tuple[str, Sequence[bytes], Sequence[bytes]]]) -> bytes:
+    """The encoded puts of ``families``' entries (see :meth:`ChangeLog.of_contents`). The compiled fast path's
+    ``encode_changelog_contents`` is its declared twin: the same bytes, or this function's result for anything it
+    does not encode itself."""
+    names: list[str] = []
+    flat: list[Any] = []
+    for name, keys, values in families:
+        if keys:
+            count = len(keys)
+            flat += chain.from_iterable(zip(repeat(PUT, count), repeat(len(names), count), keys, values))
+            names.append(name)
+    return msgpack.packb([_VERSION, names, flat], use_bin_type=True)
 
 
 class RecordingFamily:

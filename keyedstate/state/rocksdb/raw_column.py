@@ -101,10 +101,8 @@ class RocksDBRawColumn(ColumnFamilyStore, RawColumn):
         if not pairs:
             return
         self._for_write()
-        batch = self._database.new_batch()
-        for key, value in pairs:
-            batch.put(key, value, self._handle)
-        self._database.write(batch)
+        keys, values = zip(*pairs)
+        self._database.put_entries(self._family_name, keys, values)
 
     def _fail(self, error: Exception, action: str) -> Exception:
         return translate(error, f"{action} raw column {self.name!r} of", self._backend.path)

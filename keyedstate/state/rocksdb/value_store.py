@@ -68,13 +68,9 @@ class RocksDBValueStore(ColumnFamilyStore, ValueStore):
             state.end_bulk()
         if not values:
             return
-        encode, handle = self.encode, self._handle
-        database = self._database
+        encode = self.encode
         try:
-            batch = database.new_batch()
-            for key, value in values.items():
-                batch.put(key, encode(value), handle)
-            database.write(batch)
+            self._database.put_entries(self._family_name, list(values), [encode(value) for value in values.values()])
         except Exception as error:
             raise self._fail(error, "write") from error
 
