@@ -39,6 +39,7 @@ to date afterwards with a point lookup per uncached register / delete.
 from __future__ import annotations
 
 from bisect import bisect_left
+from heapq import heappush
 from itertools import islice
 from typing import Iterator, Optional
 
@@ -154,14 +155,19 @@ class ColumnTimerQueue:
         """Register ``timer`` (write-through); return True when it became the head. A duplicate is a no-op."""
         held = self._held
         if held is not None:
-            size = len(held)
-            became_head = held.add(timer)
-            if len(held) == size:
+            # HeapTimerQueue.add inlined: a new key group's first call registers a timer per key through here
+            live = held.live
+            if timer in live:
                 return False
+            live.add(timer)
+            heap = held.heap
+            heappush(heap, timer)
+            held.dirty = True
+            head = heap[0]
             self.count += 1  # type: ignore[operator]  # counted from 0 while held
-            if size >= self.complete_capacity:
+            if len(live) > self.complete_capacity:
                 self._write_held()
-            return became_head
+            return head is timer or head == timer
         if self._pending:
             self.flush_deletes()
         cache = self.cache
