@@ -6,10 +6,13 @@
  * Anything else than a list of triples of a str name and lists or tuples of bytes of the same length, or a length
  * msgpack cannot hold, hands the whole list to fallback(families) (the Python encoder, which raises the errors). */
 
+/* What the second pass writes, held as tuples (copies of lists): nothing that runs between the passes (an
+ * allocation may run a finalizer) can change their sizes or drop the name. */
 typedef struct {
-    PyObject *keys;   /* the family's keys, a list or a tuple */
-    PyObject *values; /* and its values */
-    const char *name;
+    PyObject *keys;   /* a tuple of the family's keys */
+    PyObject *values; /* and of its values */
+    PyObject *name_object;
+    const char *name; /* its UTF-8, owned by name_object */
     Py_ssize_t name_size;
 } Family;
 
@@ -143,6 +146,7 @@ release(Family *families, Py_ssize_t count)
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_XDECREF(families[i].keys);
         Py_XDECREF(families[i].values);
+        Py_XDECREF(families[i].name_object);
     }
     PyMem_Free(families);
 }
@@ -167,16 +171,21 @@ encode_changelog_contents(PyObject *module, PyObject *const *args, Py_ssize_t na
     if (!PyList_CheckExact(given)) {
         return PyObject_CallOneArg(fallback, given);
     }
-    Py_ssize_t family_count = PyList_GET_SIZE(given);
+    PyObject *snapshot = PyList_AsTuple(given); /* holds every family while the tuples below are made */
+    if (snapshot == NULL) {
+        return NULL;
+    }
+    Py_ssize_t family_count = PyTuple_GET_SIZE(snapshot);
     Family *families = PyMem_Calloc(family_count ? (size_t)family_count : 1, sizeof(Family));
     if (families == NULL) {
+        Py_DECREF(snapshot);
         return PyErr_NoMemory();
     }
     Py_ssize_t used = 0, names = 0, entries = 0;
     Py_ssize_t size = 1 + 1; /* the outer array of three, the version */
     Py_ssize_t names_size = 0, flat_size = 0;
     for (Py_ssize_t i = 0; i < family_count; i++) {
-        PyObject *family = PyList_GET_ITEM(given, i);
+        PyObject *family = PyTuple_GET_ITEM(snapshot, i);
         if (!PyTuple_CheckExact(family) || PyTuple_GET_SIZE(family) != 3 ||
             !PyUnicode_CheckExact(PyTuple_GET_ITEM(family, 0))) {
             goto use_fallback;
@@ -187,8 +196,14 @@ encode_changelog_contents(PyObject *module, PyObject *const *args, Py_ssize_t na
             goto use_fallback; /* the Python encoder takes their length: other iterables are its to refuse */
         }
         Family *slot = &families[used++];
-        slot->keys = Py_NewRef(keys); /* a list or a tuple is its own PySequence_Fast */
-        slot->values = Py_NewRef(values);
+        slot->name_object = Py_NewRef(PyTuple_GET_ITEM(family, 0));
+        slot->keys = PySequence_Tuple(keys);
+        slot->values = slot->keys == NULL ? NULL : PySequence_Tuple(values);
+        if (slot->values == NULL) {
+            release(families, used);
+            Py_DECREF(snapshot);
+            return NULL;
+        }
         Py_ssize_t count = PySequence_Fast_GET_SIZE(slot->keys);
         if (count != PySequence_Fast_GET_SIZE(slot->values)) {
             goto use_fallback;
@@ -196,7 +211,7 @@ encode_changelog_contents(PyObject *module, PyObject *const *args, Py_ssize_t na
         if (count == 0) {
             continue; /* a family without keys is not named */
         }
-        slot->name = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(family, 0), &slot->name_size);
+        slot->name = PyUnicode_AsUTF8AndSize(slot->name_object, &slot->name_size);
         if (slot->name == NULL) {
             PyErr_Clear();
             goto use_fallback;
@@ -214,6 +229,7 @@ encode_changelog_contents(PyObject *module, PyObject *const *args, Py_ssize_t na
         goto use_fallback;
     }
     size += array_header_size((size_t)names) + names_size + array_header_size((size_t)entries * 4) + flat_size;
+    Py_DECREF(snapshot);
     PyObject *encoded = PyBytes_FromStringAndSize(NULL, size);
     if (encoded == NULL) {
         release(families, used);
@@ -249,5 +265,6 @@ encode_changelog_contents(PyObject *module, PyObject *const *args, Py_ssize_t na
     return encoded;
 use_fallback:
     release(families, used);
+    Py_DECREF(snapshot);
     return PyObject_CallOneArg(fallback, given);
 }
