@@ -103,13 +103,13 @@ class RocksDatabase:
         return changes
 
     def start_recording(self) -> None:
-        """Record every write from now on (a database opened empty whose content was just stored whole); the
-        column family objects handed out before must be fetched again.
+        """Record every write from now on (a database opened empty whose content was just stored whole). Objects
+        taken from :attr:`column_families` before do not record: stores bind again to take the recording ones.
 
-        The families it holds are wrapped, not fetched again: rocksdict flushes a column family when the object
-        that handed it out is dropped, so re-fetching would write every memtable of the new database to SST files
-        at the end of its first call (the data is durable in storage already; memtables are flushed when the
-        memtable budget or a base snapshot calls for it, and at close)."""
+        The families it holds are wrapped, not fetched again from rocksdict: rocksdict flushes a column family
+        when the object that handed it out is dropped, so re-fetching would write every memtable of the new
+        database to SST files at the end of its first call (the data is durable in storage already; memtables are
+        flushed when the memtable budget or a base snapshot calls for it, and at close)."""
         self._content = None
         if self._recorded is None:
             recorded = self._recorded = []
