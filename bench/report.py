@@ -127,11 +127,22 @@ def targets(run: dict) -> list[dict]:
                                   else "median rounds") + f"; best rounds {large['best']:.2f}x",
                                  "keyed_process vs bucketed (2M)"))
     rocksdb = S.target_ratios(rounds, S.LARGE).get("keyed_process_rocksdb")
+    rocksdb_detail = rocksdb and ("median of per-round ratios, interleaved rounds" if rocksdb["interleaved"]
+                                  else "median rounds")
     out.append(_ratio_target("17", f"keyed_process state_backend=\"rocksdb\" speed vs row mode, {S.LARGE:,} events "
                              f"in one batch", rocksdb and 1 / rocksdb["median"], 0.5, WHY["rocksdb_single_batch"],
-                             rocksdb and ("median of per-round ratios, interleaved rounds" if rocksdb["interleaved"]
-                                          else "median rounds"),
-                             "RocksDB mode vs row mode (2M)"))
+                             rocksdb_detail, "RocksDB mode vs row mode (2M)"))
+    # Issue 35 raises both 2M lines to 0.8x; the earlier 0.5x targets stay, since no earlier target may get worse.
+    large_bucketed = S.target_ratios(rounds, S.LARGE).get("bucketed")
+    out.append(_ratio_target("35", f"keyed_process speed vs the hand-written 128-bucket function, {S.LARGE:,} events "
+                             "(issue 35's line)",
+                             large_bucketed and large_bucketed["median"], 0.8, WHY["bucketed_large"],
+                             large_bucketed and ("median of per-round ratios, interleaved rounds"
+                                                 if large_bucketed.get("interleaved") else "median rounds"),
+                             "keyed_process vs bucketed (2M)"))
+    out.append(_ratio_target("35", f"keyed_process state_backend=\"rocksdb\" speed vs row mode, {S.LARGE:,} events "
+                             f"in one batch (issue 35's line)", rocksdb and 1 / rocksdb["median"], 0.8,
+                             WHY["rocksdb_single_batch"], rocksdb_detail, "RocksDB mode vs row mode (2M)"))
     out.append(_report_target("7", "state-heavy MapState, per-batch time: keyed_process vs TWS",
                               S.heavy_summary(run["spark"])))
     metrics = metrics_cost(run)
